@@ -1,0 +1,45 @@
+"""``relay.ext.refcg``: partition function in, CSourceModule out.
+
+Stages, one module each: scoped_fold (legalize-and-fold on a module holding only this
+partition) -> plan (typed kernel descriptions) -> emit (C from templates + core).
+"""
+from __future__ import annotations
+
+import tvm
+
+from .build_target import resolve_build_target
+from .emit import render
+from .errors import RefcgError
+from .patterns import COMPILER
+from .plan import build_plan
+from .scoped_fold import scoped_fold
+
+# Hooks for tests and tools: called with (stage, function) as the codegen runs.
+OBSERVERS: list = []
+
+
+def generate_c(func) -> tuple[str, str]:
+    """(symbol, C source) for one partition function as TVM hands it to the codegen."""
+    symbol = str(func.attrs["global_symbol"])
+    target = resolve_build_target(func)
+    for observe in OBSERVERS:
+        observe("received", func)
+    folded = scoped_fold(func)
+    for observe in OBSERVERS:
+        observe("folded", folded)
+    return symbol, render(build_plan(folded, symbol, target))
+
+
+@tvm.register_func(f"relay.ext.{COMPILER}")
+def refcg_codegen(func):
+    symbol, code = generate_c(func)
+    return tvm.get_global_func("runtime.CSourceModuleCreate")(code, "c", [symbol], [])
+
+
+@tvm.register_func(f"relay.ext.{COMPILER}.constant_updater")
+def refcg_constant_updater(func, symbol):
+    """Weights live in the generated C as static data; none go to the graph params."""
+    return {}
+
+
+__all__ = ["generate_c", "refcg_codegen", "RefcgError", "OBSERVERS"]

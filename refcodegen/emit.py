@@ -1,0 +1,94 @@
+"""Render a kernel plan to one C source through the Jinja2 templates in ``templates/``.
+
+Python decides (what to call, with which constants); templates hold the C. The C
+core in ``runtime/`` is bundled into the source with ``REFCG_API`` = ``static inline``,
+so each partition's source is self-contained and several link into one library.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import jinja2
+import numpy as np
+
+from .errors import RefcgError
+from .resources import core_sources, templates_dir
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HEX = [f"\\x{b:02x}" for b in range(256)]
+_DL_CODE = {"int": "kDLInt", "uint": "kDLUInt", "float": "kDLFloat"}
+
+
+def c_identifier(name: str, what: str) -> str:
+    """Names from the model end up in C only after this check: nothing is pasted unescaped."""
+    if not _IDENT.match(name) or len(name) > 200:
+        raise RefcgError(what, "name", f"{name!r} is not a valid C identifier")
+    return name
+
+
+def c_bytes(array: np.ndarray, per_line: int = 32) -> str:
+    """Constant data as adjacent string literals: compiles far faster than brace lists."""
+    raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+    if raw.size == 0:
+        return '""'
+    lines = []
+    for start in range(0, raw.size, per_line):
+        lines.append('"' + "".join(_HEX[b] for b in raw[start : start + per_line]) + '"')
+    return "\n".join(lines)
+
+
+def c_int(value) -> str:
+    value = int(value)
+    return "(-2147483647 - 1)" if value == -(2**31) else str(value)
+
+
+def c_ints(values) -> str:
+    return ", ".join(c_int(v) for v in values)
+
+
+def c_floats(values) -> str:
+    return ", ".join(f"{float(np.float32(v))!r}f" if np.isfinite(v) else "0.0f" for v in values)
+
+
+def c_doubles(values) -> str:
+    return ", ".join(repr(float(v)) for v in values)
+
+
+def dl_code(dtype: str) -> str:
+    return _DL_CODE[re.match(r"[a-z]+", dtype).group(0)]
+
+
+def dl_bits(dtype: str) -> int:
+    return int(re.search(r"\d+", dtype).group(0))
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(
+        c_bytes=c_bytes, c_int=c_int, c_ints=c_ints, c_floats=c_floats, c_doubles=c_doubles,
+        dl_code=dl_code, dl_bits=dl_bits,
+    )
+    return env
+
+
+@lru_cache(maxsize=1)
+def bundled_core() -> str:
+    """The runtime sources in dependency order, local includes removed."""
+    parts = []
+    for path in core_sources():
+        text = path.read_text()
+        parts.append(f"/* {path.name} */\n" + re.sub(r'(?m)^#include "[^"]+"\n', "", text))
+    return "\n".join(parts)
+
+
+def render(plan) -> str:
+    c_identifier(plan.symbol, "partition")
+    return environment().get_template("module.c.j2").render(plan=plan, core=bundled_core())

@@ -1,0 +1,85 @@
+/*
+ * Scalar requantize, bit-exact with TVM 0.19's lowering of qnn.requantize.
+ * Wrapping int32/int64 arithmetic is written through unsigned types: TVM's
+ * generated code wraps, and signed overflow would be undefined in C.
+ */
+#include <math.h>
+#include "refcg.h"
+
+static inline int32_t refcg_wrap_sub32(int32_t a, int32_t b) {
+  return (int32_t)((uint32_t)a - (uint32_t)b);
+}
+
+static inline int32_t refcg_wrap_add32(int32_t a, int32_t b) {
+  return (int32_t)((uint32_t)a + (uint32_t)b);
+}
+
+/* tir.q_multiply_shift as lowered for x86 LLVM (src/target/intrin_rule.cc). */
+static inline int32_t refcg_fpm_upward(int32_t x, int32_t m, int32_t s) {
+  int32_t ls = s > 0 ? s : 0;
+  int32_t t = 31 + (s > 0 ? 0 : -s);
+  uint64_t v = (uint64_t)(int64_t)x << ls;
+  v = v * (uint64_t)(int64_t)m + ((uint64_t)1 << (t - 1));
+  return (int32_t)(uint32_t)((int64_t)v >> t);
+}
+
+/* FixedPointMultiplyToNearest (src/relay/qnn/utils.cc): half away from zero. */
+static inline int32_t refcg_fpm_tonearest(int32_t x, int32_t m, int32_t s) {
+  int32_t ls = s > 0 ? s : 0;
+  int32_t t = 31 + (s > 0 ? 0 : -s);
+  uint64_t v = ((uint64_t)(int64_t)x << ls) * (uint64_t)(int64_t)m;
+  uint64_t round = ((uint64_t)1 << (t - 1)) - ((int64_t)v >= 0 ? 0 : 1);
+  return (int32_t)(uint32_t)((int64_t)(v + round) >> t);
+}
+
+/* float -> int32 as x86 cvttss2si does it: out of range gives INT32_MIN. */
+static inline int32_t refcg_f32_to_i32(float f) {
+  if (!(f >= -2147483648.0f && f < 2147483648.0f)) return INT32_MIN;
+  return (int32_t)f;
+}
+
+static inline int32_t refcg_f64_to_i32(double f) {
+  if (!(f >= -2147483648.0 && f < 2147483648.0)) return INT32_MIN;
+  return (int32_t)f;
+}
+
+static inline int32_t refcg_clamp(int32_t v, int32_t lo, int32_t hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
+REFCG_API int32_t refcg_requantize_one(const refcg_requant* rq, int32_t acc, int32_t channel) {
+  int32_t c = rq->per_channel ? channel : 0;
+  int32_t v;
+  switch (rq->mode) {
+    case REFCG_RQ_INT64_UPWARD:
+    case REFCG_RQ_INT64_TONEAREST: {
+      int32_t x = refcg_wrap_sub32(acc, rq->input_zp);
+      if (rq->identity)
+        v = x;
+      else if (rq->mode == REFCG_RQ_INT64_UPWARD)
+        v = refcg_fpm_upward(x, rq->multiplier[c], rq->shift[c]);
+      else
+        v = refcg_fpm_tonearest(x, rq->multiplier[c], rq->shift[c]);
+      v = refcg_wrap_add32(v, rq->output_zp);
+      break;
+    }
+    case REFCG_RQ_FLOAT32_UPWARD:
+    case REFCG_RQ_FLOAT32_TONEAREST: {
+      float f = (float)acc - (float)rq->input_zp;
+      if (!rq->identity) f = f * rq->scale_f32[c];
+      f = f + (float)rq->output_zp;
+      f = rq->mode == REFCG_RQ_FLOAT32_UPWARD ? floorf(f + 0.5f) : roundf(f);
+      v = refcg_f32_to_i32(f);
+      break;
+    }
+    default: {
+      double f = (double)acc - (double)rq->input_zp;
+      if (!rq->identity) f = f * rq->scale_f64[c];
+      f = f + (double)rq->output_zp;
+      f = rq->mode == REFCG_RQ_FLOAT64_UPWARD ? floor(f + 0.5) : round(f);
+      v = refcg_f64_to_i32(f);
+      break;
+    }
+  }
+  return refcg_clamp(v, rq->out_min, rq->out_max);
+}
