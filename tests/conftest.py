@@ -1,0 +1,68 @@
+"""Shared helpers: build a Relay module TVM-only and with refcg, run both, compare."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TOPHUB_LOCATION", "NONE")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tvm  # noqa: E402
+from tvm import relay  # noqa: E402
+from tvm.contrib import graph_executor  # noqa: E402
+
+import refcodegen  # noqa: E402,F401  registers relay.ext.refcg
+from refcodegen import partition_for_refcg  # noqa: E402
+from refcodegen.partition import refcg_functions  # noqa: E402
+
+TARGET_LLVM = "llvm"
+TARGET_F32 = "llvm -mcpu=skylake"  # sse4.1: TVM-only requantize computes in float32
+
+
+def build_and_load(mod, target, tmp_path, name, params=None, **export):
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=target, params=params)
+    path = str(tmp_path / f"{name}.so")
+    lib.export_library(path, **export)
+    return graph_executor.GraphModule(tvm.runtime.load_module(path)["default"](tvm.cpu()))
+
+
+def run(module, inputs: dict) -> list[np.ndarray]:
+    for key, value in inputs.items():
+        module.set_input(key, value)
+    module.run()
+    return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
+
+
+def compare_with_tvm(mod, inputs: dict, tmp_path, target=TARGET_LLVM, params=None,
+                     expect_partitions: int | None = None, **partition_options):
+    """Build ``mod`` TVM-only and with refcg for ``target``; assert bit-exact outputs.
+
+    Returns the partitioned module so callers can inspect it.
+    """
+    reference = run(build_and_load(mod, target, tmp_path, "tvm_only", params), inputs)
+    partitioned = partition_for_refcg(mod, params, **partition_options)
+    found = len(refcg_functions(partitioned))
+    if expect_partitions is not None:
+        assert found == expect_partitions, partitioned
+    else:
+        assert found >= 1, f"nothing was offloaded:\n{partitioned}"
+    actual = run(build_and_load(partitioned, target, tmp_path, "refcg"), inputs)
+    assert len(actual) == len(reference)
+    for want, got in zip(reference, actual):
+        assert want.dtype == got.dtype and want.shape == got.shape
+        diff = np.abs(want.astype(np.int64) - got.astype(np.int64))
+        assert diff.max(initial=0) == 0, f"max |refcg - TVM| = {diff.max()} at {np.argmax(diff)}"
+    return partitioned
+
+
+def random_int(rng, shape, dtype, low=None, high=None):
+    info = np.iinfo(dtype)
+    low = info.min if low is None else low
+    high = info.max if high is None else high
+    return rng.integers(low, high + 1, size=shape).astype(dtype)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261130)
