@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -9,6 +10,13 @@ import tvm
 from tvm import relay
 
 from .partition import REJECTIONS_ATTR, refcg_functions
+
+
+# Why a supported op matched no pattern at all (checks only see matches).
+UNMATCHED = {
+    "qnn.conv2d": "no refcg pattern matches: needs constant weights and qparams, then qnn.requantize",
+    "qnn.dense": "no refcg pattern matches: needs constant weights and qparams",
+}
 
 
 @dataclass
@@ -68,18 +76,23 @@ def _composites(func) -> list:
     return kernels
 
 
+def _natural(name: str):
+    """Sort key putting main_2 before main_10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
 def offload_report(mod) -> OffloadReport:
     """Report for a module returned by ``partition_for_refcg``."""
     reasons = json.loads(str(mod.attrs[REJECTIONS_ATTR])) if mod.attrs and REJECTIONS_ATTR in mod.attrs.keys() else {}
     report = OffloadReport()
-    for gv, func in sorted(refcg_functions(mod), key=lambda item: item[0].name_hint):
+    for gv, func in sorted(refcg_functions(mod), key=lambda item: _natural(item[0].name_hint)):
         report.partitions[gv.name_hint] = _composites(func)
 
     def visit(node):
         if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
             ttype = str(node.checked_type)
             why = reasons.get(f"{node.op.name}|{ttype}")
-            reason = "; ".join(why) if why else "no refcg pattern covers this op here"
+            reason = "; ".join(why) if why else UNMATCHED.get(node.op.name, "no refcg pattern covers this op here")
             report.stayed.append((node.op.name, ttype.replace("Tensor", ""), reason))
 
     relay.analysis.post_order_visit(mod["main"].body, visit)

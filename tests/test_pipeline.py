@@ -1,0 +1,150 @@
+"""The BYOC contract: what reaches relay.ext.refcg, what comes back, what the user sees."""
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+
+from conftest import build_and_load, compare_with_tvm, random_int, run
+from models import module, qconv_block
+from refcodegen import RefcgError, codegen, offload_report, partition_for_refcg
+from refcodegen.emit import c_identifier
+from refcodegen.partition import refcg_functions
+
+
+def conv_model(rng, layout="NCHW", **kw):
+    shape = (1, 8, 10, 10) if layout == "NCHW" else (1, 10, 10, 8)
+    x = relay.var("x", shape=shape, dtype="int8")
+    return module([x], qconv_block(x, rng, in_c=8, out_c=16, layout=layout, **kw)), shape
+
+
+@pytest.fixture
+def observed():
+    seen = []
+    codegen.OBSERVERS.append(lambda stage, func: seen.append((stage, func)))
+    yield seen
+    codegen.OBSERVERS.clear()
+
+
+def qnn_calls(expr, name):
+    found = []
+    relay.analysis.post_order_visit(
+        expr, lambda n: found.append(n) if isinstance(n, relay.Call) and getattr(n.op, "name", None) == name else None
+    )
+    return found
+
+
+def test_partition_arrives_intact_with_qparams(tmp_path, rng, observed):
+    mod, shape = conv_model(rng, per_channel=True, input_zp=3, output_zp=-2, clip=(0, 127))
+    compare_with_tvm(mod, {"x": random_int(rng, shape, "int8")}, tmp_path, expect_partitions=1)
+    received = [f for stage, f in observed if stage == "received"][-1]
+    assert int(received.attrs["Primitive"]) == 1 and str(received.attrs["global_symbol"]).startswith("tvmgen_")
+    (conv,) = qnn_calls(received, "qnn.conv2d")
+    (req,) = qnn_calls(received, "qnn.requantize")
+    assert int(conv.args[2].data.numpy()) == 3  # input zero point untouched by the main pipeline
+    assert req.args[1].data.numpy().shape == (16,)  # per-channel scales still there
+    assert int(req.args[4].data.numpy()) == -2
+    # FuseOps/Legalize never ran on it: no lowered ops such as nn.conv2d or fixed_point_multiply
+    assert not qnn_calls(received, "nn.conv2d") and not qnn_calls(received, "fixed_point_multiply")
+
+
+def test_weights_are_not_copied_into_params(rng):
+    mod, _ = conv_model(rng)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partition_for_refcg(mod), target="llvm")
+    assert len(lib.get_params()) == 0  # constant_updater returns {}: weights live in the C source
+
+
+def test_generated_c_compiles_without_warnings(tmp_path, rng, observed):
+    import subprocess
+
+    from tvm._ffi.libinfo import find_include_path
+
+    mod, _ = conv_model(rng, layout="NHWC", bias=False, per_channel=True)
+    partitioned = partition_for_refcg(mod, target="llvm")
+    (gv, func), = refcg_functions(partitioned)
+    symbol, code = codegen.generate_c(func.with_attr("global_symbol", gv.name_hint))
+    src = tmp_path / "part.c"
+    src.write_text(code)
+    includes = [f"-I{p}" for p in find_include_path()]
+    for compiler in (["g++", "-x", "c++"], ["gcc", "-x", "c", "-std=c11"]):
+        result = subprocess.run(compiler + ["-Wall", "-Wextra", "-Werror", "-c", str(src), "-o",
+                                            str(tmp_path / "part.o")] + includes, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+    assert symbol in code
+
+
+def test_export_needs_no_compiler_flags(tmp_path, rng):
+    """The generated source asks GCC for -O3 itself: compare with the same source built at plain -O0."""
+    import subprocess
+
+    from tvm._ffi.libinfo import find_include_path
+
+    mod, _ = conv_model(rng, layout="NHWC")
+    (gv, func), = refcg_functions(partition_for_refcg(mod, target="llvm"))
+    symbol, code = codegen.generate_c(func.with_attr("global_symbol", gv.name_hint))
+    includes = [f"-I{p}" for p in find_include_path()]
+
+    def stack_traffic(source: str, name: str) -> float:
+        (tmp_path / f"{name}.c").write_text(source)
+        obj = tmp_path / f"{name}.o"
+        subprocess.run(["g++", "-x", "c++", "-c", str(tmp_path / f"{name}.c"), "-o", str(obj)] + includes, check=True)
+        asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(obj)], capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+        body = [line for line in asm if "\t" in line]
+        return sum("(%rbp)" in line for line in body) / max(1, len(body))
+
+    as_generated = stack_traffic(code, "generated")
+    unoptimized = stack_traffic(code.replace('#pragma GCC optimize("O3", "fp-contract=off")', ""), "plain")
+    # -O0 keeps every local on the stack frame; optimized code keeps them in registers
+    assert unoptimized > 0.2 and as_generated < unoptimized / 4, (as_generated, unoptimized)
+
+
+def test_report_explains_what_stays_in_tvm(rng):
+    mod, _ = conv_model(rng, clip=(-200, 300))  # clip wider than int8: rejected with a reason
+    x = mod["main"].params[0]
+    bad = qconv_block(x, rng, in_c=8, out_c=4, kernel=(1, 1), padding=(0, 0))
+    mod = module([x], relay.Tuple([mod["main"].body, relay.nn.softmax(relay.cast(bad, "float32"))]))
+    report = offload_report(partition_for_refcg(mod))
+    text = str(report)
+    assert "clip bounds [-200.0, 300.0] are outside the int8 range" in text
+    assert report.stayed_ops["nn.softmax"] == 1
+    assert report.offloaded_ops["qnn.conv2d"] == 2  # the rejected clip's conv offloads without the clip
+    assert 0 < report.qnn_fraction() <= 1
+
+
+def test_runtime_weight_stays_in_tvm_and_runs(tmp_path, rng):
+    x = relay.var("x", shape=(1, 8, 10, 10), dtype="int8")
+    w = relay.var("w", shape=(16, 8, 3, 3), dtype="int8")
+    y = relay.qnn.op.conv2d(x, w, relay.const(0), relay.const(0), relay.const(0.1), relay.const(0.1),
+                            kernel_size=(3, 3), channels=16)
+    y = relay.qnn.op.requantize(y, relay.const(0.01), relay.const(0), relay.const(0.2), relay.const(0))
+    mod = module([x, w], y)
+    partitioned = partition_for_refcg(mod)
+    report = offload_report(partitioned)
+    assert report.stayed_ops["qnn.conv2d"] == 1 and report.offloaded_ops["qnn.conv2d"] == 0
+    assert "needs constant weights" in str(report)
+    data = {"x": random_int(rng, (1, 8, 10, 10), "int8"), "w": random_int(rng, (16, 8, 3, 3), "int8")}
+    got = run(build_and_load(partitioned, "llvm", tmp_path, "fallback"), data)[0]
+    want = run(build_and_load(mod, "llvm", tmp_path, "tvm"), data)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_explicit_target_overrides_stack(tmp_path, rng):
+    """partition_for_refcg(target=...) fixes the numerics even when built elsewhere."""
+    mod, shape = conv_model(rng, weight_range=(-63, 63), input_zp=1, output_zp=3)
+    data = {"x": random_int(rng, shape, "int8")}
+    skylake = "llvm -mcpu=skylake"
+    want = run(build_and_load(mod, skylake, tmp_path, "tvm"), data)[0]
+    got = run(build_and_load(partition_for_refcg(mod, target=skylake), skylake, tmp_path, "refcg"), data)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["ok_name", "a" * 10])
+def test_c_identifier_accepts_plain_names(name):
+    assert c_identifier(name, "x") == name
+
+
+@pytest.mark.parametrize("name", ['x"); system("rm', "a b", "1abc", "", "ok\n#include <x>", "a" * 300])
+def test_c_identifier_rejects_hostile_names(name):
+    with pytest.raises(RefcgError, match="not a valid C identifier"):
+        c_identifier(name, "partition")
