@@ -11,7 +11,9 @@ export TOPHUB_LOCATION := NONE
 demo: $(STAMP)
 	$(BIN)/python tools/demo.py
 
+# tests run against the installed package (no source tree on sys.path)
 test: $(STAMP)
+	cd tests && ../$(BIN)/python -c "import refcodegen as r; assert 'site-packages' in r.__file__, r.__file__"
 	cd tests && ../$(BIN)/pytest -q
 
 bench: $(STAMP)
