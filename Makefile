@@ -6,18 +6,46 @@ STAMP := $(VENV)/.refcg-installed
 SOURCES := pyproject.toml $(wildcard refcodegen/*.py templates/* runtime/*)
 export TOPHUB_LOCATION := NONE
 
-.PHONY: demo test bench install clean
+.PHONY: demo test test-arm bench fuzz fuzz-large install clean
 
 demo: $(STAMP)
 	$(BIN)/python tools/demo.py
 
 # tests run against the installed package (no source tree on sys.path)
 test: $(STAMP)
+	$(ARM_SETUP) || [ $$? -eq $(ARM_UNAVAILABLE) ]
 	cd tests && ../$(BIN)/python -c "import refcodegen as r; assert 'site-packages' in r.__file__, r.__file__"
 	cd tests && ../$(BIN)/pytest -q
 
-bench: $(STAMP)
+# The emulated aarch64 host (cross compilers, qemu-user, an aarch64 python+TVM sysroot):
+# idempotent, 10 ms once done. `make test` runs it before pytest collects the ARM tests and
+# goes on without them only where it cannot install (exit 3: no apt or not root).
+ARM_SETUP := PYTHON=$(BIN)/python bash tools/arm/setup.sh
+ARM_UNAVAILABLE := 3
+ARM_TESTS := test_arm_models.py test_arm_numerics.py test_core_arm.py
+
+test-arm: $(STAMP)
+	$(ARM_SETUP)
+	cd tests && ../$(BIN)/pytest -q $(ARM_TESTS)
+
+# the bench extra (onnx, onnxruntime) on top of the test install, once
+BENCH_STAMP := $(VENV)/.refcg-bench
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install -q --no-build-isolation ".[bench]"
+	rm -rf build
+	touch $@
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python tools/bench.py
+
+# Random QNN chains against TVM-only, 50 per build (tools/fuzz.py; e.g. FUZZ_ARGS="--cases 2000 --seed 3");
+# fuzz-large: codegen/export time and peak memory for a ResNet-50-sized weight set (~1 min).
+FUZZ_ARGS ?= --cases 10000 --batch 50
+fuzz: $(STAMP)
+	$(BIN)/python tools/fuzz.py $(FUZZ_ARGS)
+
+fuzz-large: $(STAMP)
+	$(BIN)/python tools/fuzz.py --large-constants
 
 install: $(STAMP)
 
@@ -28,7 +56,7 @@ $(BIN)/python:
 # First install pulls dependencies; later ones only rebuild refcodegen (non-editable: tests
 # import the installed package, templates/ and runtime/ included).
 $(STAMP): $(BIN)/python $(SOURCES)
-	$(BIN)/pip install -q --no-build-isolation ".[test]"
+	$(BIN)/pip install -q --no-build-isolation ".[test,onnx,torch]"
 	rm -rf build
 	touch $@
 

@@ -24,9 +24,9 @@ def op_name(expr) -> str | None:
     return None
 
 
-def conv2d_parts(root: relay.Call) -> dict:
-    """Split a matched conv chain (clip? <- requantize <- bias? <- qnn.conv2d) into its calls."""
-    parts = {"clip": None, "requantize": None, "bias": None, "conv": None}
+def epilogue_parts(root: relay.Call) -> dict:
+    """Split a matched chain (clip? <- requantize? <- bias? <- anchor) into its calls."""
+    parts = {"clip": None, "requantize": None, "bias": None, "anchor": None}
     expr = root
     if op_name(expr) == "clip":
         parts["clip"], expr = expr, expr.args[0]
@@ -34,7 +34,14 @@ def conv2d_parts(root: relay.Call) -> dict:
         parts["requantize"], expr = expr, expr.args[0]
     if op_name(expr) in ("nn.bias_add", "add"):
         parts["bias"], expr = expr, expr.args[0]
-    parts["conv"] = expr
+    parts["anchor"] = expr
+    return parts
+
+
+def conv2d_parts(root: relay.Call) -> dict:
+    """Split a matched conv chain (clip? <- requantize <- bias? <- qnn.conv2d) into its calls."""
+    parts = epilogue_parts(root)
+    parts["conv"] = parts.pop("anchor")
     return parts
 
 
@@ -164,8 +171,13 @@ def check_conv2d(root) -> str | None:
         return f"conv out_dtype {attrs.out_dtype} is not int32"
     if not is_constant_subgraph(weight):
         return "weight is not constant"
-    if min(in_shape + out_shape) <= 0:
+    if min(in_shape) <= 0:
         return "zero-sized tensor"
+    if min(out_shape) <= 0:  # Relay infers a negative output size for it
+        return f"the kernel is larger than the padded input (output shape {out_shape})"
+    reason = first_reason(check_elements(in_shape, "conv input"), check_elements(out_shape, "conv output"))
+    if reason:
+        return reason
     for reason in (
         check_zero_point(in_zp, dtype_of(data), "input_zero_point"),
         check_zero_point(k_zp, dtype_of(weight), "kernel_zero_point", allow_vector=True),
@@ -180,6 +192,11 @@ def check_conv2d(root) -> str | None:
         reason = check_bias(parts["bias"], channels, axis, 4)
         if reason:
             return reason
+    o_axis = attrs.kernel_layout.index("O")
+    reason = check_accumulator("qnn.conv2d", data, in_zp, weight, k_zp, math.prod(w_shape) // w_shape[o_axis], o_axis,
+                               parts["bias"])
+    if reason:
+        return reason
     if req is None:
         return "no qnn.requantize after the conv"
     reason = check_requantize(req, channels, axis, 4)
@@ -188,3 +205,216 @@ def check_conv2d(root) -> str | None:
     if parts["clip"] is not None:
         return check_clip(parts["clip"], req.attrs.out_dtype)
     return None
+
+
+def first_reason(*reasons) -> str | None:
+    return next((r for r in reasons if r), None)
+
+
+def check_qparams(scale, zero_point, dtype: str, what: str) -> str | None:
+    """A per-tensor (scalar) scale and zero point, as the elementwise kernels take them."""
+    reason = first_reason(check_scale(scale, f"{what} scale"), check_zero_point(zero_point, dtype, f"{what} zero point"))
+    if reason is None and const_value(scale).size != 1:
+        return f"{what} scale must be a scalar"
+    return reason
+
+
+def check_tensor(expr, what: str, dtypes=QUANT_DTYPES, max_rank: int = 6) -> str | None:
+    shape = static_shape(expr)
+    if shape is None:
+        return f"{what} shape must be static"
+    if not 1 <= len(shape) <= max_rank:
+        return f"{what} rank {len(shape)} is not between 1 and {max_rank}"
+    if min(shape) <= 0:
+        return f"{what} is zero-sized"
+    if check_elements(shape, what):
+        return check_elements(shape, what)
+    if dtype_of(expr) not in dtypes:
+        return f"{what} dtype {dtype_of(expr)} is not one of {'/'.join(dtypes)}"
+    return None
+
+
+INT32_MAX = 2**31 - 1
+
+
+def check_elements(shape, what: str) -> str | None:
+    """Kernel parameters hold dimensions as int32: bigger tensors stay in TVM."""
+    count = math.prod(shape)
+    return f"{what} has {count} elements, more than int32 indexing allows" if count > INT32_MAX else None
+
+
+def check_accumulator(op: str, data, in_zp, weight, k_zp, reduction: int, out_axis: int, bias=None) -> str | None:
+    """The int32 accumulator must not wrap: reject when the worst case of sum (x - zx)(w - zw) (+ bias) can.
+
+    With constant weights the bound is exact per output channel (max |x - zx| times sum |w - zw|);
+    weights not folded yet (e.g. qnn.quantize(const)) get the dtype-range bound.
+    """
+    lo, hi = DTYPE_RANGE[dtype_of(data)]
+    zx, zw = int(const_value(in_zp).reshape(-1)[0]), int(const_value(k_zp).reshape(-1)[0])
+    max_x = max(abs(lo - zx), abs(hi - zx))
+    w = const_value(weight)
+    if w is None:
+        w_lo, w_hi = DTYPE_RANGE[dtype_of(weight)]
+        bound = reduction * max_x * max(abs(w_lo - zw), abs(w_hi - zw))
+    else:
+        sums = np.abs(w.astype(np.int64) - zw).sum(axis=tuple(a for a in range(w.ndim) if a != out_axis))
+        bound = max_x * int(sums.max(initial=0))
+    b = const_value(bias.args[1]) if bias is not None else None
+    bound += int(np.abs(b.astype(np.int64)).max(initial=0)) if b is not None else 0
+    if bound > INT32_MAX:
+        return f"{op} int32 accumulator can overflow (worst case {bound} over reduction length {reduction})"
+    return None
+
+
+def check_epilogue(parts: dict, channels: int, axis: int, rank: int, require_requantize: bool) -> str | None:
+    """bias (per channel), requantize and clip of a matched chain."""
+    if parts["bias"] is not None:
+        reason = check_bias(parts["bias"], channels, axis, rank)
+        if reason:
+            return reason
+    req = parts["requantize"]
+    if req is None:
+        return "no qnn.requantize after the op" if require_requantize else None
+    reason = check_requantize(req, channels, axis, rank)
+    if reason is None and parts["clip"] is not None:
+        return check_clip(parts["clip"], req.attrs.out_dtype)
+    return reason
+
+
+def check_dense(root) -> str | None:
+    """qnn.dense (+bias) (+requantize (+clip)) as ``refcg.dense`` computes it; int32 output kept."""
+    parts = epilogue_parts(root)
+    dense = parts["anchor"]
+    data, weight, in_zp, k_zp, in_scale, k_scale = dense.args
+    if op_name(data) in ("reshape", "nn.batch_flatten"):
+        reason = check_tensor(data.args[0], "dense input")  # the flatten is free on a compact tensor
+        if reason:
+            return reason
+    reason = first_reason(check_tensor(data, "dense input", max_rank=2), check_tensor(weight, "dense weight", max_rank=2))
+    if reason:
+        return reason
+    if len(static_shape(data)) != 2:
+        return "dense input must be 2-D"
+    if dense.attrs.out_dtype not in ("", "int32"):
+        return f"dense out_dtype {dense.attrs.out_dtype} is not int32"
+    if not is_constant_subgraph(weight):
+        return "weight is not constant"
+    reason = first_reason(
+        check_zero_point(in_zp, dtype_of(data), "input_zero_point"),
+        check_zero_point(k_zp, dtype_of(weight), "kernel_zero_point", allow_vector=True),
+        check_scale(in_scale, "input_scale"),
+        check_scale(k_scale, "kernel_scale"),
+    )
+    reason = reason or check_accumulator("qnn.dense", data, in_zp, weight, k_zp, static_shape(weight)[1], 0,
+                                         parts["bias"])
+    if reason:
+        return reason
+    return check_epilogue(parts, static_shape(dense)[1], 1, 2, require_requantize=False)
+
+
+BINARY_OPS = ("qnn.add", "qnn.subtract", "qnn.mul")
+
+
+def binary_parts(root) -> dict:
+    return {"clip": root if op_name(root) == "clip" else None,
+            "op": root.args[0] if op_name(root) == "clip" else root}
+
+
+def check_binary(root) -> str | None:
+    """qnn.add / qnn.subtract / qnn.mul (+clip) with per-tensor qparams and broadcasting."""
+    parts = binary_parts(root)
+    call = parts["op"]
+    lhs, rhs, lhs_scale, lhs_zp, rhs_scale, rhs_zp, out_scale, out_zp = call.args
+    reason = first_reason(check_tensor(lhs, "lhs"), check_tensor(rhs, "rhs"), check_tensor(call, "output"))
+    if reason:
+        return reason
+    out_dtype = dtype_of(call)
+    reason = first_reason(
+        check_qparams(lhs_scale, lhs_zp, dtype_of(lhs), "lhs"),
+        check_qparams(rhs_scale, rhs_zp, dtype_of(rhs), "rhs"),
+        check_qparams(out_scale, out_zp, out_dtype, "output"),
+    )
+    if reason is None and parts["clip"] is not None:
+        return check_clip(parts["clip"], out_dtype)
+    return reason
+
+
+def check_requantize_alone(root) -> str | None:
+    """qnn.requantize (+clip) on its own, per-tensor or along any axis."""
+    parts = epilogue_parts(root)
+    req = parts["requantize"]
+    reason = check_tensor(req.args[0], "requantize input", dtypes=("int8", "uint8", "int32"))
+    if reason:
+        return reason
+    shape = static_shape(req.args[0])
+    axis = int(req.attrs.axis) % len(shape)
+    return check_epilogue(parts, shape[axis], axis, len(shape), require_requantize=True)
+
+
+def check_concatenate(call) -> str | None:
+    """qnn.concatenate: each input requantized to the output qparams, then joined."""
+    data, scales, zero_points, out_scale, out_zp = call.args
+    reason = check_tensor(call, "output")
+    for i, (x, scale, zp) in enumerate(zip(data.fields, scales.fields, zero_points.fields)):
+        reason = reason or check_tensor(x, f"input {i}") or check_qparams(scale, zp, dtype_of(x), f"input {i}")
+    return reason or check_qparams(out_scale, out_zp, dtype_of(call), "output")
+
+
+POOL_LAYOUTS = ("NCHW", "NHWC")
+
+
+def pool_parts(root) -> dict:
+    """max_pool2d, or cast(avg_pool2d|global_avg_pool2d(cast(x, int32))) split into its calls."""
+    if op_name(root) == "nn.max_pool2d":
+        return {"pool": root, "data": root.args[0], "out": root}
+    pool = root.args[0]
+    return {"pool": pool, "data": pool.args[0].args[0], "inner_cast": pool.args[0], "out": root}
+
+
+def pool_padding(attrs) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right) from the 1-, 2- or 4-value padding attribute."""
+    pad = [int(p) for p in getattr(attrs, "padding", [0])]
+    if len(pad) == 1:
+        pad = pad * 4
+    elif len(pad) == 2:
+        pad = pad * 2
+    return tuple(pad)
+
+
+def check_pool(root) -> str | None:
+    parts = pool_parts(root)
+    pool, data, out = parts["pool"], parts["data"], parts["out"]
+    attrs = pool.attrs
+    reason = first_reason(check_tensor(data, "pool input", max_rank=4), check_tensor(out, "pool output", max_rank=4))
+    if reason:
+        return reason
+    if len(static_shape(data)) != 4:
+        return "pool input must be 4-D"
+    if attrs.layout not in POOL_LAYOUTS:
+        return f"pool layout {attrs.layout} is not supported"
+    if str(getattr(attrs, "out_layout", "")) not in ("", attrs.layout):
+        return f"out_layout {attrs.out_layout} differs from layout"
+    if "inner_cast" in parts and dtype_of(parts["inner_cast"]) != "int32":
+        return f"average pooling computed in {dtype_of(parts['inner_cast'])}, not int32"
+    if op_name(pool) == "nn.avg_pool2d" and bool(attrs.count_include_pad) and bool(attrs.ceil_mode):
+        top, left, bottom, right = pool_padding(attrs)
+        layout, in_shape, out_shape = attrs.layout, static_shape(data), static_shape(pool)
+        for i, (axis, pad_head, pad_tail) in enumerate((("H", top, bottom), ("W", left, right))):
+            last_start = (out_shape[layout.index(axis)] - 1) * int(attrs.strides[i]) - pad_head
+            if last_start > in_shape[layout.index(axis)] + pad_tail - 1:
+                return "ceil_mode window entirely outside the padded input (TVM divides by a non-positive count)"
+    return None
+
+
+def check_quantize(call) -> str | None:
+    """qnn.quantize of a computed float32 tensor, or qnn.dequantize, with per-tensor qparams."""
+    data, scale, zero_point = call.args
+    if op_name(call) == "qnn.quantize":
+        if is_constant_subgraph(data):
+            return "constant input: the scoped fold evaluates it"
+        reason = check_tensor(data, "quantize input", dtypes=("float32",)) or check_tensor(call, "quantize output")
+        quant_dtype = dtype_of(call)
+    else:
+        reason = check_tensor(data, "dequantize input") or check_tensor(call, "dequantize output", dtypes=("float32",))
+        quant_dtype = dtype_of(data)
+    return reason or check_qparams(scale, zero_point, quant_dtype, op_name(call)[4:])

@@ -16,26 +16,45 @@ from .errors import RefcgError
 from .resources import core_sources, templates_dir
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HEX = [f"\\x{b:02x}" for b in range(256)]
 _DL_CODE = {"int": "kDLInt", "uint": "kDLUInt", "float": "kDLFloat"}
 
 
 def c_identifier(name: str, what: str) -> str:
     """Names from the model end up in C only after this check: nothing is pasted unescaped."""
-    if not _IDENT.match(name) or len(name) > 200:
+    if not _IDENT.fullmatch(name) or len(name) > 200:  # fullmatch: "$" would accept a trailing newline
         raise RefcgError(what, "name", f"{name!r} is not a valid C identifier")
     return name
 
 
+def c_comment(text) -> str:
+    """Text for inside a /* */ comment (the target string is user input): printable ASCII, no terminator."""
+    return re.sub(r"[^ -~]", "?", str(text)).replace("*/", "* /")
+
+
 def c_bytes(array: np.ndarray, per_line: int = 32) -> str:
-    """Constant data as adjacent string literals: compiles far faster than brace lists."""
+    """Constant data as adjacent string literals: compiles far faster than brace lists.
+
+    Built with numpy (one ``\\xNN`` escape per byte, ``per_line`` bytes per literal): a
+    ResNet-50-sized weight set is ~100 MB of text, too much for a per-byte Python loop.
+    """
     raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
     if raw.size == 0:
         return '""'
-    lines = []
-    for start in range(0, raw.size, per_line):
-        lines.append('"' + "".join(_HEX[b] for b in raw[start : start + per_line]) + '"')
-    return "\n".join(lines)
+    rows = -(-raw.size // per_line)
+    text = np.full((rows, per_line * 4 + 3), ord(" "), np.uint8)  # '"' + escapes + '"' + '\n'
+    escapes = text[:, 1 : 1 + per_line * 4].reshape(rows, per_line, 4)
+    digits = np.frombuffer(b"0123456789abcdef", np.uint8)
+    padded = np.zeros(rows * per_line, np.uint8)
+    padded[: raw.size] = raw
+    padded = padded.reshape(rows, per_line)
+    escapes[..., 0], escapes[..., 1] = ord("\\"), ord("x")
+    escapes[..., 2], escapes[..., 3] = digits[padded >> 4], digits[padded & 15]
+    text[:, 0], text[:, -1] = ord('"'), ord("\n")
+    text[:, -2] = ord('"')
+    lines = text.tobytes().decode("ascii")
+    tail = raw.size - (rows - 1) * per_line  # the last literal holds only the remaining bytes
+    cut = len(lines) - (per_line * 4 + 3) + 1 + tail * 4
+    return lines[:cut] + '"'
 
 
 def c_int(value) -> str:
@@ -73,7 +92,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters.update(
-        c_bytes=c_bytes, c_int=c_int, c_ints=c_ints, c_floats=c_floats, c_doubles=c_doubles,
+        c_bytes=c_bytes, c_comment=c_comment, c_int=c_int, c_ints=c_ints, c_floats=c_floats, c_doubles=c_doubles,
         dl_code=dl_code, dl_bits=dl_bits,
     )
     return env

@@ -23,6 +23,7 @@ MODES = {
     ("TONEAREST", "float32"): 3,
     ("UPWARD", "float64"): 4,
     ("TONEAREST", "float64"): 5,
+    ("UPWARD", "int64-neon"): 6,  # see tvm_uses_neon_q31x4
 }
 
 DTYPE_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
@@ -40,8 +41,52 @@ def fixed_point_multiplier_shift(multiplier: float) -> tuple[int, int]:
     return q, exponent
 
 
-def resolve_mode(rounding_attr: str, compute_attr: str, target) -> tuple[str, str]:
-    """The (rounding, compute_dtype) pair TVM-only would use for this requantize under ``target``."""
+def is_arm_cpu_aarch64(target) -> bool:
+    """llvm target with arm_cpu strategies and the aarch64 intrinsic lowerings (``llvm.aarch64``)."""
+    if target is None or str(target.kind) != "llvm" or "arm_cpu" not in target.keys:
+        return False
+    return str(target.attrs.get("mtriple", "")).startswith("aarch64")
+
+
+# Shapes for which TVM 0.19's arm_cpu schedules hand tir.q_multiply_shift int32x4 vectors,
+# measured by grepping TVM-only builds for sqrdmulh (tests/test_arm_numerics.py re-checks it):
+# schedule_conv2d_NHWC and dense_gemm_schedule split the fused output's channels by 4, the
+# injective schedule splits the last axis by 16 bytes (4 lanes only for int32 outputs).
+def _neon_conv2d(layout, groups, channels, out_dtype):
+    return layout == "NHWC" and groups == 1 and (channels == 4 or channels % 8 == 0)
+
+
+def _neon_dense(layout, groups, channels, out_dtype):
+    return channels == 4
+
+
+def _neon_requantize(layout, groups, channels, out_dtype):
+    return out_dtype == "int32" and channels % 4 == 0
+
+
+NEON_Q31X4_SCHEDULES = {"conv2d": _neon_conv2d, "dense": _neon_dense, "requantize": _neon_requantize}
+
+
+def tvm_uses_neon_q31x4(target, op: str, *, channels: int, layout: str = "", groups: int = 1,
+                        out_dtype: str = "int8") -> bool:
+    """Does TVM-only requantize ``op``'s output with the aarch64 NEON q_multiply_shift?
+
+    On llvm aarch64 targets TVM lowers ``tir.q_multiply_shift`` on int32x4 vectors to
+    sqrdmulh + srshl, rounding twice (topi/arm_cpu/tensor_intrin.py; apache/tvm#11155),
+    and everything else (scalars, other lane counts, per-axis multipliers) to the exact
+    int64 formula. ``channels`` is the innermost output axis (NHWC channels, dense units,
+    the last axis of a plain requantize).
+    """
+    rule = NEON_Q31X4_SCHEDULES.get(op)
+    return bool(rule and is_arm_cpu_aarch64(target) and rule(layout, groups, channels, out_dtype))
+
+
+def resolve_mode(rounding_attr: str, compute_attr: str, target, neon_q31x4: bool = False) -> tuple[str, str]:
+    """The (rounding, compute_dtype) pair TVM-only would use for this requantize under ``target``.
+
+    ``neon_q31x4``: ``tvm_uses_neon_q31x4`` for the op; an UPWARD int64 requantize then
+    becomes ``("UPWARD", "int64-neon")`` (``make_requantize`` keeps per-channel ones exact).
+    """
     from tvm.relay.qnn.op.qnn import current_requantize_config
     from tvm.target.x86 import target_has_features
 
@@ -59,6 +104,8 @@ def resolve_mode(rounding_attr: str, compute_attr: str, target) -> tuple[str, st
     if (rounding, compute) not in MODES:
         raise RefcgError("qnn.requantize", "rounding/compute_dtype",
                          f"unsupported combination {rounding}/{compute}")
+    if neon_q31x4 and (rounding, compute) == ("UPWARD", "int64"):
+        compute = "int64-neon"
     return rounding, compute
 
 
@@ -89,6 +136,8 @@ def make_requantize(input_scale: np.ndarray, output_scale: np.ndarray, input_zp:
     # TVM skips the multiply only for scalar scales that are equal (IsEqualScalar).
     identity = in_scale.ndim == 0 and float(in_scale) == float(out_scale)
     fixed = [fixed_point_multiplier_shift(r) for r in ratios]
+    if compute_dtype == "int64-neon" and in_scale.ndim != 0:
+        compute_dtype = "int64"  # per-axis multipliers (even one) have no NEON lowering in TVM
     lo, hi = DTYPE_RANGE[out_dtype]
     if clip is not None:
         lo, hi = max(lo, int(clip[0])), min(hi, int(clip[1]))  # TVM casts clip bounds by truncation

@@ -1,6 +1,8 @@
 """Compile-time weight packing: folded constants rearranged into the layouts the C core reads."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 # kernel_layout -> axes permutation giving [out_channel][kh][kw][in_channel/groups]
@@ -10,3 +12,113 @@ _TO_OHWI = {"OIHW": (0, 2, 3, 1), "HWIO": (3, 0, 1, 2), "OHWI": (0, 1, 2, 3)}
 def pack_conv2d_weight(weight: np.ndarray, kernel_layout: str) -> np.ndarray:
     """Weights as ``[O][KH][KW][I/groups]``, contiguous: one output channel's taps in a row."""
     return np.ascontiguousarray(weight.transpose(_TO_OHWI[kernel_layout]))
+
+
+# ---- accelerated kernels (runtime/refcg_fast.h) -------------------------------------------
+# The SIMD kernels read the input shifted into the domain their instructions multiply:
+# uint8 on x86 (vpdpbusd, vpmaddwd), int8 on aarch64 (sdot, smull). Shift s per domain and
+# input dtype; the correction corr = bias - (s + izp) * sum(w') makes the shifted sum exact.
+_DOMAIN_SHIFT = {("u8", "int8"): 128, ("u8", "uint8"): 0, ("s8", "int8"): 0, ("s8", "uint8"): -128}
+_DTYPE_RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+@dataclass(frozen=True)
+class GemmWeights:
+    """``refcg_gemm_weights``: w' blocked [np/16][kp/4][16][4] int8 and both corrections."""
+
+    kp: int
+    np: int
+    w: np.ndarray
+    corr_u8: np.ndarray
+    corr_s8: np.ndarray
+
+
+@dataclass(frozen=True)
+class ConvFast:
+    """``refcg_conv2d_fast``: what the accelerated conv kernels read besides the reference data."""
+
+    kind: str  # REFCG_FAST_GEMM or REFCG_FAST_DEPTHWISE
+    cp: int
+    gemm: GemmWeights | None = None
+    dw_w: np.ndarray | None = None
+    dw_corr_u8: np.ndarray | None = None
+    dw_corr_s8: np.ndarray | None = None
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _wrap_int32(values: np.ndarray) -> np.ndarray:
+    """Two's-complement wrap, as the int32 accumulators of TVM and the kernels wrap."""
+    return (np.asarray(values, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
+def _folded(weight: np.ndarray, kernel_zp: int) -> np.ndarray | None:
+    """w' = w - kernel_zp as int8, or None when it does not fit (then only the reference runs)."""
+    folded = weight.astype(np.int64) - int(kernel_zp)
+    if folded.size == 0 or folded.min() < -128 or folded.max() > 127:
+        return None
+    return folded.astype(np.int8)
+
+
+def _corrections(wsum: np.ndarray, bias: np.ndarray | None, input_zp: int, in_dtype: str) -> tuple:
+    base = np.zeros_like(wsum) if bias is None else np.asarray(bias, dtype=np.int64).reshape(-1)
+    return tuple(_wrap_int32(base - (_DOMAIN_SHIFT[(domain, in_dtype)] + input_zp) * wsum) for domain in ("u8", "s8"))
+
+
+def _fast_inputs_ok(input_zp: int, in_dtype: str) -> bool:
+    lo, hi = _DTYPE_RANGE.get(in_dtype, (1, 0))
+    return lo <= int(input_zp) <= hi  # padding is stored as one byte in the domain
+
+
+def _block_gemm(folded_nk: np.ndarray, bias, input_zp: int, in_dtype: str) -> GemmWeights:
+    """Block w'[n][k] (k already laid out as the kernels walk it, a multiple of 4)."""
+    n, k = folded_nk.shape
+    np_, kp = _round_up(n, 16), _round_up(k, 4)
+    padded = np.zeros((np_, kp), np.int8)
+    padded[:n, :k] = folded_nk
+    blocked = padded.reshape(np_ // 16, 16, kp // 4, 4).transpose(0, 2, 1, 3)
+    wsum = folded_nk.astype(np.int64).sum(axis=1)
+    corr_u8, corr_s8 = _corrections(wsum, bias, input_zp, in_dtype)
+    pad = np.zeros(np_ - n, np.int32)
+    return GemmWeights(kp, np_, np.ascontiguousarray(blocked).reshape(-1),
+                       np.concatenate([corr_u8, pad]), np.concatenate([corr_s8, pad]))
+
+
+def pack_gemm_weights(weight_nk: np.ndarray, kernel_zp: int, input_zp: int, in_dtype: str,
+                      bias: np.ndarray | None = None) -> GemmWeights | None:
+    """Dense weights [units][in_features] for ``refcg_dense``; None when w - kernel_zp leaves int8."""
+    folded = _folded(np.asarray(weight_nk), kernel_zp)
+    if folded is None or not _fast_inputs_ok(input_zp, in_dtype):
+        return None
+    return _block_gemm(folded, bias, input_zp, in_dtype)
+
+
+def pack_conv2d_fast(ohwi: np.ndarray, params: dict, in_dtype: str, bias: np.ndarray | None) -> ConvFast | None:
+    """Data for ``refcg_conv2d`` from the reference packing [O][KH][KW][I/groups] and the conv params.
+
+    groups == 1: implicit GEMM, each tap's channels padded to a multiple of 4 (the padded input
+    copy has the same channel count, so k = (kh, kw, c) walks both alike). Depthwise (groups ==
+    in_c == out_c): w' as int16 [tap][channel rounded up to 16]. Anything else: None.
+    """
+    folded = _folded(ohwi, params["kernel_zp"])
+    if folded is None or not _fast_inputs_ok(params["input_zp"], in_dtype):
+        return None
+    out_c, kh, kw, cin_g = folded.shape
+    groups = params["groups"]
+    if groups == 1:
+        cp = _round_up(cin_g, 4)
+        taps = np.zeros((out_c, kh, kw, cp), np.int8)
+        taps[..., :cin_g] = folded
+        gemm = _block_gemm(taps.reshape(out_c, -1), bias, params["input_zp"], in_dtype)
+        return ConvFast("REFCG_FAST_GEMM", cp, gemm=gemm)
+    if groups == params["in_c"] == out_c and cin_g == 1:
+        cp = _round_up(out_c, 16)
+        dw = np.zeros((kh * kw, cp), np.int16)
+        dw[:, :out_c] = folded.reshape(out_c, kh * kw).T
+        wsum = folded.astype(np.int64).reshape(out_c, -1).sum(axis=1)
+        pad = np.zeros(cp - out_c, np.int32)  # epilogues load whole vectors of corrections
+        corr_u8, corr_s8 = (np.concatenate([c, pad]) for c in _corrections(wsum, bias, params["input_zp"], in_dtype))
+        return ConvFast("REFCG_FAST_DEPTHWISE", cp, dw_w=dw.reshape(-1), dw_corr_u8=corr_u8, dw_corr_s8=corr_s8)
+    return None

@@ -6,7 +6,7 @@ remembered so the offload report can say why an op stayed in TVM.
 """
 from __future__ import annotations
 
-from tvm.relay.dataflow_pattern import is_constant, is_op, wildcard
+from tvm.relay.dataflow_pattern import is_constant, is_op, is_tuple, wildcard
 from tvm.relay.op.contrib.register import register_pattern_table
 
 from . import checks
@@ -36,7 +36,8 @@ def constant_subgraph(depth: int = 3):
     return pattern
 
 
-def conv2d_pattern():
+def conv2d_patterns():
+    """With a clip, then without: MergeComposite does not retry a smaller match at the same ops."""
     conv = is_op("qnn.conv2d")(
         wildcard(), constant_subgraph(), is_constant(), is_constant(), is_constant(), is_constant()
     )
@@ -44,7 +45,52 @@ def conv2d_pattern():
         lambda x: is_op("nn.bias_add")(x, constant_subgraph()) | is_op("add")(x, constant_subgraph())
     )
     requantized = is_op("qnn.requantize")(biased, is_constant(), is_constant(), is_constant(), is_constant())
-    return requantized.optional(lambda x: is_op("clip")(x))
+    return [is_op("clip")(requantized), requantized]
+
+
+def constants(n: int) -> list:
+    """``n`` distinct constant patterns: one pattern object used twice must match one expr."""
+    return [is_constant() for _ in range(n)]
+
+
+def bias_of(x):
+    return is_op("nn.bias_add")(x, constant_subgraph()) | is_op("add")(x, constant_subgraph())
+
+
+def requantize_of(x):
+    return is_op("qnn.requantize")(x, *constants(4))
+
+
+def dense_pattern():
+    data = wildcard()
+    # a flatten in front of dense does not move data: the kernel reads the compact input as 2-D
+    flat = is_op("reshape")(data) | is_op("nn.batch_flatten")(data)
+    dense = is_op("qnn.dense")(flat | data, constant_subgraph(), *constants(4))
+    biased = dense.optional(bias_of)
+    return requantize_of(biased).optional(lambda x: is_op("clip")(x)) | biased
+
+
+def binary_pattern():
+    ops = [is_op(name)(wildcard(), wildcard(), *constants(6)) for name in checks.BINARY_OPS]
+    call = ops[0] | ops[1] | ops[2]
+    return call.optional(lambda x: is_op("clip")(x))
+
+
+def pool_pattern():
+    to_int32 = is_op("cast")(wildcard())
+    average = is_op("nn.avg_pool2d")(to_int32) | is_op("nn.global_avg_pool2d")(to_int32)
+    return is_op("nn.max_pool2d")(wildcard()) | is_op("cast")(average)
+
+
+def concatenate_pattern(inputs: int):
+    return is_op("qnn.concatenate")(
+        is_tuple([wildcard() for _ in range(inputs)]), is_tuple(constants(inputs)), is_tuple(constants(inputs)),
+        *constants(2),
+    )
+
+
+def requantize_pattern():
+    return requantize_of(wildcard()).optional(lambda x: is_op("clip")(x))
 
 
 class Rejections:
@@ -56,9 +102,10 @@ class Rejections:
     def clear(self):
         self.reasons.clear()
 
-    def record(self, anchor, reason: str):
-        key = (checks.op_name(anchor), str(anchor.checked_type))
-        self.reasons.setdefault(key, set()).add(reason)
+    def record(self, calls, reason: str):
+        for call in calls if isinstance(calls, list) else [calls]:
+            key = (checks.op_name(call), str(call.checked_type))
+            self.reasons.setdefault(key, set()).add(reason)
 
     def lookup(self, call) -> set[str]:
         return self.reasons.get((checks.op_name(call), str(call.checked_type)), set())
@@ -77,15 +124,34 @@ def _checked(check, anchor_of):
     return predicate
 
 
-# name, pattern builder, check returning a reason, function returning the anchor op of a match
+def _conv2d_members(expr):
+    return [call for call in checks.conv2d_parts(expr).values() if call is not None]
+
+
+# name, pattern builder (one pattern or a list, most specific first), check returning a reason,
+# function returning the op(s) a rejected match covers (the report shows the reason on them)
 KERNEL_FAMILIES = [
-    ("conv2d", conv2d_pattern, checks.check_conv2d, lambda e: checks.conv2d_parts(e)["conv"]),
+    ("conv2d", conv2d_patterns, checks.check_conv2d, _conv2d_members),
+    ("dense", dense_pattern, checks.check_dense, lambda e: checks.epilogue_parts(e)["anchor"]),
+    ("binary", binary_pattern, checks.check_binary, lambda e: checks.binary_parts(e)["op"]),
+    ("pool2d", pool_pattern, checks.check_pool, lambda e: checks.pool_parts(e)["pool"]),
+    *[
+        ("concatenate", lambda n=n: concatenate_pattern(n), checks.check_concatenate, lambda e: e)
+        for n in range(2, 9)
+    ],
+    ("quantize", lambda: is_op("qnn.quantize")(wildcard(), *constants(2)), checks.check_quantize, lambda e: e),
+    ("quantize", lambda: is_op("qnn.dequantize")(wildcard(), *constants(2)), checks.check_quantize, lambda e: e),
+    # last: a requantize after a conv or dense belongs to that kernel's epilogue
+    ("requantize", requantize_pattern, checks.check_requantize_alone, lambda e: checks.epilogue_parts(e)["requantize"]),
 ]
 
 
 @register_pattern_table(COMPILER)
 def pattern_table():
+    # A list gives MergeComposite smaller fallbacks: it does not retry a shorter match at the same ops
+    # when a check rejects the longer one (e.g. conv without an out-of-range clip).
     return [
-        (f"{COMPILER}.{name}", build(), _checked(check, anchor))
+        (f"{COMPILER}.{name}", pattern, _checked(check, anchor))
         for name, build, check, anchor in KERNEL_FAMILIES
+        for pattern in (build() if isinstance(build(), list) else [build()])
     ]

@@ -14,8 +14,9 @@ from tvm import relay
 
 from . import checks
 from .errors import RefcgError
-from .numerics import Requantize, make_requantize, resolve_mode
-from .packing import pack_conv2d_weight
+from .numerics import (DTYPE_RANGE, Requantize, make_requantize, no_requantize, resolve_mode,
+                       tvm_uses_neon_q31x4)
+from .packing import ConvFast, pack_conv2d_fast, pack_conv2d_weight
 
 DTYPE_CODE = {"int8": "REFCG_S8", "uint8": "REFCG_U8", "int32": "REFCG_S32"}
 
@@ -27,8 +28,9 @@ class Buffer:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    kind: str  # "input", "output" or "scratch"
+    kind: str  # "input", "output", "scratch" or "const"
     index: int  # argument position for inputs/outputs, slot for scratch
+    data: np.ndarray | None = None  # the value of a "const" buffer, embedded in the C source
 
     @property
     def nbytes(self) -> int:
@@ -47,6 +49,21 @@ class Conv2D:
     bias: np.ndarray | None
     requant: Requantize
     template: str = "conv2d.c.j2"
+    fast: ConvFast | None = None  # data for the accelerated kernels (None: reference only)
+
+
+@dataclass
+class Kernel:
+    """One call of a scalar reference kernel in ``runtime/``: its buffers, C struct fields, constants."""
+
+    name: str
+    inputs: list[Buffer]
+    output: Buffer
+    params: dict
+    template: str
+    weight: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    requant: Requantize | None = None
 
 
 @dataclass
@@ -57,6 +74,7 @@ class KernelPlan:
     outputs: list[Buffer]
     scratch: list[Buffer] = field(default_factory=list)
     steps: list = field(default_factory=list)
+    constants: list[Buffer] = field(default_factory=list)
 
 
 def _layout_dims(shape, layout: str) -> dict:
@@ -106,17 +124,200 @@ def plan_conv2d(name: str, body: relay.Expr, src: Buffer, dst: Buffer, target) -
             raise RefcgError("qnn.conv2d", "bias", "did not fold to a constant in the scoped fold")
         bias_value = bias.args[1].data.numpy().reshape(-1).astype("int32")
     _, rq_in_scale, rq_in_zp, rq_out_scale, rq_out_zp = req.args
-    rounding, compute = resolve_mode(req.attrs.rounding, req.attrs.compute_dtype, target)
+    neon = tvm_uses_neon_q31x4(target, "conv2d", channels=out_dims["C"], layout=attrs.data_layout,
+                               groups=int(attrs.groups))
+    rounding, compute = resolve_mode(req.attrs.rounding, req.attrs.compute_dtype, target, neon)
     clip_range = (float(clip.attrs.a_min), float(clip.attrs.a_max)) if clip is not None else None
     requant = make_requantize(
         checks.const_value(rq_in_scale), checks.const_value(rq_out_scale),
         int(checks.const_value(rq_in_zp).reshape(-1)[0]), int(checks.const_value(rq_out_zp)),
         req.attrs.out_dtype, rounding, compute, clip_range,
     )
-    return Conv2D(name, src, dst, params, packed, bias_value, requant)
+    fast = pack_conv2d_fast(packed, params, checks.dtype_of(data), bias_value)
+    return Conv2D(name, src, dst, params, packed, bias_value, requant, fast=fast)
 
 
-PLANNERS = {"refcg.conv2d": plan_conv2d}
+def _constant(expr, op: str, what: str) -> np.ndarray:
+    if not isinstance(expr, relay.Constant):
+        raise RefcgError(op, what, "did not fold to a constant in the scoped fold")
+    return expr.data.numpy()
+
+
+def _out_range(dtype: str, clip) -> tuple[int, int]:
+    lo, hi = DTYPE_RANGE[dtype]
+    if clip is None:
+        return lo, hi
+    return max(lo, int(clip.attrs.a_min)), min(hi, int(clip.attrs.a_max))  # TVM truncates clip bounds
+
+
+def _requantize_step(req, clip, target, neon: bool = False) -> Requantize:
+    """The Requantize constants of a ``qnn.requantize`` call (+clip) under the build target.
+
+    ``neon``: ``tvm_uses_neon_q31x4`` for the op this requantize ends (aarch64 rounding)."""
+    _, in_scale, in_zp, out_scale, out_zp = req.args
+    rounding, compute = resolve_mode(req.attrs.rounding, req.attrs.compute_dtype, target, neon)
+    clip_range = (float(clip.attrs.a_min), float(clip.attrs.a_max)) if clip is not None else None
+    return make_requantize(
+        checks.const_value(in_scale), checks.const_value(out_scale),
+        int(checks.const_value(in_zp).reshape(-1)[0]), int(checks.const_value(out_zp)),
+        req.attrs.out_dtype, rounding, compute, clip_range,
+    )
+
+
+def _scalar(expr) -> float | int:
+    return checks.const_value(expr).reshape(-1)[0]
+
+
+def plan_dense(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    body = func.body
+    parts = checks.epilogue_parts(body)
+    dense, req, bias = parts["anchor"], parts["requantize"], parts["bias"]
+    data, weight, in_zp, k_zp, _, _ = dense.args
+    w = np.ascontiguousarray(_constant(weight, "qnn.dense", "weight"))
+    params = {
+        "batch": dst.shape[0], "in_features": w.shape[1], "units": dst.shape[1],
+        "in_dtype": DTYPE_CODE[srcs[0].dtype], "w_dtype": DTYPE_CODE[str(w.dtype)], "out_dtype": DTYPE_CODE[dst.dtype],
+        "input_zp": int(_scalar(in_zp)), "kernel_zp": int(_scalar(k_zp)),
+    }
+    bias_value = None
+    if bias is not None:
+        bias_value = _constant(bias.args[1], "qnn.dense", "bias").reshape(-1).astype("int32")
+    neon = tvm_uses_neon_q31x4(target, "dense", channels=dst.shape[1])
+    requant = _requantize_step(req, parts["clip"], target, neon) if req is not None else no_requantize()
+    return Kernel(name, srcs, dst, params, "dense.c.j2", weight=w, bias=bias_value, requant=requant)
+
+
+def _operands(func: relay.Function, srcs: list[Buffer], exprs) -> list[Buffer]:
+    """Buffers of composite-body operands: one tensor used twice is a single composite parameter."""
+    by_param = dict(zip(func.params, srcs))
+    return [by_param[e] for e in exprs]
+
+
+def _broadcast_strides(shape, out_shape) -> list[int]:
+    """Element strides of a compact ``shape`` broadcast to ``out_shape`` (0 where broadcast)."""
+    shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step if dim != 1 else 0)
+        step *= dim
+    return strides[::-1]
+
+
+def plan_binary(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    """qnn.add/subtract/mul as TVM 0.19 canonicalizes them (see refcg_eltwise_ref.c)."""
+    body = func.body
+    parts = checks.binary_parts(body)
+    call, clip = parts["op"], parts["clip"]
+    _, _, lhs_scale, lhs_zp, rhs_scale, rhs_zp, out_scale, out_zp = call.args
+    a, b = _operands(func, srcs, call.args[:2])
+    # the canonical form's requantizes carry no rounding/compute attrs: config and target decide
+    rounding, compute = resolve_mode("None", "None", target)
+    out_scale, out_zp = checks.const_value(out_scale), int(_scalar(out_zp))
+    lo, hi = _out_range(dst.dtype, clip)
+    op = checks.op_name(call)
+    if op == "qnn.mul":
+        product = np.float32(_scalar(lhs_scale)) * np.float32(_scalar(rhs_scale))  # float32, as mul.cc
+        rq_a = make_requantize(product, out_scale, 0, out_zp, dst.dtype, rounding, compute, (lo, hi))
+        rq_b = rq_a
+    else:
+        rq_a = make_requantize(checks.const_value(lhs_scale), out_scale, int(_scalar(lhs_zp)), out_zp, "int32",
+                               rounding, compute)
+        rq_b = make_requantize(checks.const_value(rhs_scale), out_scale, int(_scalar(rhs_zp)), out_zp, "int32",
+                               rounding, compute)
+    params = {
+        "op": {"qnn.add": "REFCG_BIN_ADD", "qnn.subtract": "REFCG_BIN_SUB", "qnn.mul": "REFCG_BIN_MUL"}[op],
+        "ndim": len(dst.shape), "shape": list(dst.shape),
+        "a_stride": _broadcast_strides(a.shape, dst.shape), "b_stride": _broadcast_strides(b.shape, dst.shape),
+        "a_dtype": DTYPE_CODE[a.dtype], "b_dtype": DTYPE_CODE[b.dtype], "out_dtype": DTYPE_CODE[dst.dtype],
+        "a_zp": int(_scalar(lhs_zp)), "b_zp": int(_scalar(rhs_zp)), "out_zp": out_zp, "out_min": lo, "out_max": hi,
+        "rq": [rq_a, rq_b],
+    }
+    return Kernel(name, [a, b], dst, params, "binary.c.j2")
+
+
+def _requantize_part(src: Buffer, axis: int, out_channels: int, offset: int, dst: Buffer, rq: Requantize) -> dict:
+    """One refcg_requantize_params: ``src`` viewed as [outer][channels][inner] around ``axis``."""
+    inner = int(np.prod(src.shape[axis + 1:], dtype=np.int64))
+    return {
+        "input": src, "outer": int(np.prod(src.shape[:axis], dtype=np.int64)), "channels": src.shape[axis],
+        "inner": inner, "out_outer_stride": out_channels * inner, "out_offset": offset * inner,
+        "in_dtype": DTYPE_CODE[src.dtype], "out_dtype": DTYPE_CODE[dst.dtype], "rq": rq,
+    }
+
+
+def plan_requantize(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    body = func.body
+    parts = checks.epilogue_parts(body)
+    req = parts["requantize"]
+    axis = int(req.attrs.axis) % len(srcs[0].shape)
+    neon = tvm_uses_neon_q31x4(target, "requantize", channels=dst.shape[-1], out_dtype=dst.dtype)
+    rq = _requantize_step(req, parts["clip"], target, neon)
+    part = _requantize_part(srcs[0], axis, srcs[0].shape[axis], 0, dst, rq)
+    return Kernel(name, srcs, dst, {"parts": [part]}, "requantize.c.j2")
+
+
+def plan_concatenate(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    """qnn.concatenate: each input requantized to the output qparams into its slab of the output."""
+    body = func.body
+    _, scales, zero_points, out_scale, out_zp = body.args
+    axis = int(body.attrs.axis) % len(dst.shape)
+    rounding, compute = resolve_mode("None", "None", target)
+    parts, offset = [], 0
+    inputs = _operands(func, srcs, body.args[0].fields)
+    for src, scale, zp in zip(inputs, scales.fields, zero_points.fields):
+        rq = make_requantize(checks.const_value(scale), checks.const_value(out_scale), int(_scalar(zp)),
+                             int(_scalar(out_zp)), dst.dtype, rounding, compute)
+        parts.append(_requantize_part(src, axis, dst.shape[axis], offset, dst, rq))
+        offset += src.shape[axis]
+    return Kernel(name, srcs, dst, {"parts": parts}, "requantize.c.j2")
+
+
+def plan_pool2d(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    body = func.body
+    parts = checks.pool_parts(body)
+    pool = parts["pool"]
+    attrs, src = pool.attrs, srcs[0]
+    layout = str(attrs.layout)
+    in_dims, out_dims = _layout_dims(src.shape, layout), _layout_dims(dst.shape, layout)
+    is_global = checks.op_name(pool) == "nn.global_avg_pool2d"
+    kernel = (in_dims["H"], in_dims["W"]) if is_global else tuple(int(k) for k in attrs.pool_size)
+    strides = (1, 1) if is_global else tuple(int(v) for v in attrs.strides)
+    dilation = (1, 1) if is_global else tuple(int(v) for v in attrs.dilation)
+    top, left, bottom, right = checks.pool_padding(attrs) if not is_global else (0, 0, 0, 0)
+    params = {
+        "batch": in_dims["N"], "in_h": in_dims["H"], "in_w": in_dims["W"], "channels": in_dims["C"],
+        "out_h": out_dims["H"], "out_w": out_dims["W"], "kernel_h": kernel[0], "kernel_w": kernel[1],
+        "stride_h": strides[0], "stride_w": strides[1], "dilation_h": dilation[0], "dilation_w": dilation[1],
+        "pad_top": top, "pad_left": left, "pad_bottom": bottom, "pad_right": right,
+        "is_avg": int(checks.op_name(pool) != "nn.max_pool2d"),
+        "count_include_pad": int(bool(getattr(attrs, "count_include_pad", False))),
+        "in_dtype": DTYPE_CODE[src.dtype], "out_dtype": DTYPE_CODE[dst.dtype],
+        "in_stride": _strides(src.shape, layout), "out_stride": _strides(dst.shape, layout),
+    }
+    return Kernel(name, srcs, dst, params, "pool2d.c.j2")
+
+
+def plan_quantize(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    body = func.body
+    _, scale, zero_point = body.args
+    op = checks.op_name(body)[4:]
+    params = {
+        "op": op, "size": int(np.prod(dst.shape, dtype=np.int64)),
+        "quant_dtype": DTYPE_CODE[dst.dtype if op == "quantize" else srcs[0].dtype],
+        "zero_point": int(_scalar(zero_point)), "scale": float(_scalar(scale)),
+    }
+    return Kernel(name, srcs, dst, params, "quantize.c.j2")
+
+
+PLANNERS = {
+    "refcg.conv2d": lambda name, func, srcs, dst, target: plan_conv2d(name, func.body, srcs[0], dst, target),
+    "refcg.dense": plan_dense,
+    "refcg.binary": plan_binary,
+    "refcg.pool2d": plan_pool2d,
+    "refcg.concatenate": plan_concatenate,
+    "refcg.requantize": plan_requantize,
+    "refcg.quantize": plan_quantize,
+}
 
 
 def _buffer_for(expr, kind: str, index: int, name: str) -> Buffer:
@@ -124,32 +325,83 @@ def _buffer_for(expr, kind: str, index: int, name: str) -> Buffer:
     return Buffer(name, tuple(int(d) for d in ttype.shape), str(ttype.dtype), kind, index)
 
 
+def _consumers(body_fields) -> dict:
+    """How many composite calls read each expression (scratch is freed after the last one)."""
+    count: dict = {}
+
+    def visit(node):
+        if isinstance(node, relay.Call) and isinstance(node.op, relay.Function):
+            for arg in node.args:
+                count[arg] = count.get(arg, 0) + 1
+
+    for expr in body_fields:
+        relay.analysis.post_order_visit(expr, visit)
+    return count
+
+
+class _ScratchPool:
+    """Workspace slots for intermediate tensors, reused once their last reader has run."""
+
+    def __init__(self, plan: KernelPlan):
+        self.plan, self.free = plan, []
+
+    def take(self, expr) -> Buffer:
+        ttype = expr.checked_type
+        shape, dtype = tuple(int(d) for d in ttype.shape), str(ttype.dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if self.free:
+            slot = self.free.pop()
+        else:
+            slot = Buffer(f"tmp{len(self.plan.scratch)}", (0,), "uint8", "scratch", len(self.plan.scratch))
+            self.plan.scratch.append(slot)
+        slot.shape = (max(slot.shape[0], nbytes),)
+        return Buffer(slot.name, shape, dtype, "scratch", slot.index)
+
+    def release(self, buf: Buffer):
+        self.free.append(self.plan.scratch[buf.index])
+
+
 def build_plan(func: relay.Function, symbol: str, target) -> KernelPlan:
-    """Walk the folded partition in dataflow order and describe each composite call."""
+    """Walk the folded partition in dataflow order and describe each composite call.
+
+    Composites may take several inputs (partition inputs, other composites' results,
+    constants embedded in the C source) and the partition may return a tuple.
+    """
     inputs = [_buffer_for(p, "input", i, f"in{i}") for i, p in enumerate(func.params)]
     body_fields = list(func.body.fields) if isinstance(func.body, relay.Tuple) else [func.body]
     outputs = [_buffer_for(e, "output", len(inputs) + i, f"out{i}") for i, e in enumerate(body_fields)]
     plan = KernelPlan(symbol, str(target), inputs, outputs)
     done = dict(zip(func.params, inputs))  # expr -> buffer holding its value
     output_of = dict(zip(body_fields, outputs))
-    if any(expr in done for expr in output_of):
-        raise RefcgError(symbol, "output", "a partition input is returned unchanged")
+    if any(expr in done or isinstance(expr, relay.Constant) for expr in output_of):
+        raise RefcgError(symbol, "output", "a partition input or constant is returned unchanged")
+    if len(output_of) != len(outputs):
+        raise RefcgError(symbol, "output", "the same value is returned twice")
+    readers = _consumers(body_fields)
+    scratch = _ScratchPool(plan)
 
     def visit(expr) -> Buffer:
         if expr in done:
             return done[expr]
+        if isinstance(expr, relay.Constant):
+            buf = _buffer_for(expr, "const", len(plan.constants), f"c{len(plan.constants)}")
+            buf.data = expr.data.numpy()
+            plan.constants.append(buf)
+            done[expr] = buf
+            return buf
         if not (isinstance(expr, relay.Call) and isinstance(expr.op, relay.Function)):
             raise RefcgError(symbol, "body", f"unexpected {type(expr).__name__} between kernels")
         composite = str(expr.op.attrs["Composite"])
-        if composite not in PLANNERS or len(expr.args) != 1:
+        if composite not in PLANNERS:
             raise RefcgError(composite, "composite", "no kernel planner for this composite")
-        src = visit(expr.args[0])
-        dst = output_of.get(expr)
-        if dst is None:
-            dst = _buffer_for(expr, "scratch", len(plan.scratch), f"tmp{len(plan.scratch)}")
-            plan.scratch.append(dst)
+        srcs = [visit(arg) for arg in expr.args]
+        dst = output_of.get(expr) or scratch.take(expr)
         done[expr] = dst
-        plan.steps.append(PLANNERS[composite](f"k{len(plan.steps)}", expr.op.body, src, dst, target))
+        plan.steps.append(PLANNERS[composite](f"k{len(plan.steps)}", expr.op, srcs, dst, target))
+        for arg, src in zip(expr.args, srcs):
+            readers[arg] -= 1
+            if src.kind == "scratch" and readers[arg] == 0:
+                scratch.release(src)
         return dst
 
     for expr in body_fields:

@@ -22,6 +22,27 @@ extern "C" {
 /* Element types of quantized tensors (values of refcg_dtype). */
 enum { REFCG_S8 = 0, REFCG_U8 = 1, REFCG_S32 = 2 };
 
+/* Element access by refcg dtype, shared by every scalar reference kernel. */
+static inline int32_t refcg_load(const void* base, int64_t i, int32_t dtype) {
+  switch (dtype) {
+    case REFCG_S8: return ((const int8_t*)base)[i];
+    case REFCG_U8: return ((const uint8_t*)base)[i];
+    default: return ((const int32_t*)base)[i];
+  }
+}
+
+static inline void refcg_store(void* base, int64_t i, int32_t dtype, int32_t v) {
+  switch (dtype) {
+    case REFCG_S8: ((int8_t*)base)[i] = (int8_t)v; break;
+    case REFCG_U8: ((uint8_t*)base)[i] = (uint8_t)v; break;
+    default: ((int32_t*)base)[i] = v; break;
+  }
+}
+
+static inline int32_t refcg_clamp(int32_t v, int32_t lo, int32_t hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
 /*
  * Requantize modes: TVM 0.19 lowers qnn.requantize differently by rounding and
  * compute dtype (src/relay/qnn/op/requantize.cc); refcg reproduces each one.
@@ -32,7 +53,8 @@ enum {
   REFCG_RQ_FLOAT32_UPWARD = 2,  /* floor(x*s + zp + 0.5) in float32 */
   REFCG_RQ_FLOAT32_TONEAREST = 3,
   REFCG_RQ_FLOAT64_UPWARD = 4,
-  REFCG_RQ_FLOAT64_TONEAREST = 5
+  REFCG_RQ_FLOAT64_TONEAREST = 5,
+  REFCG_RQ_INT64_UPWARD_NEON = 6 /* aarch64 int32x4 lowering: sqrdmulh, then srshl (rounds twice) */
 };
 
 /* One requantize step: int32 accumulator -> output value (before the store). */
@@ -79,6 +101,76 @@ REFCG_API int refcg_conv2d_ref(const refcg_conv2d_params* p, const refcg_conv2d_
                                const void* input, void* output);
 
 REFCG_API int32_t refcg_requantize_one(const refcg_requant* rq, int32_t acc, int32_t channel);
+
+/* ---- scalar reference kernels for the other QNN op families ---- */
+
+/* qnn.dense (+bias) (+requantize): out[b][u] = sum_k (x[b][k]-xzp)*(w[u][k]-wzp) + bias[u].
+ * Weights [units][in_features]; the requantize channel is the unit. */
+typedef struct {
+  int32_t batch, in_features, units;
+  int32_t in_dtype, w_dtype, out_dtype;
+  int32_t input_zp, kernel_zp;
+} refcg_dense_params;
+
+REFCG_API int refcg_dense_ref(const refcg_dense_params* p, const refcg_conv2d_consts* k,
+                              const void* input, void* output);
+
+#define REFCG_MAX_DIMS 6
+enum { REFCG_BIN_ADD = 0, REFCG_BIN_SUB = 1, REFCG_BIN_MUL = 2 };
+
+/* qnn.add / qnn.subtract / qnn.mul with numpy broadcasting. add/subtract requantize each
+ * input to the output qparams in int32 (rq_a, rq_b), combine, then clamp; mul requantizes
+ * the zero-point-corrected int32 product (rq_a, which also clamps). */
+typedef struct {
+  int32_t op, ndim;
+  int64_t shape[REFCG_MAX_DIMS];    /* output shape */
+  int64_t a_stride[REFCG_MAX_DIMS]; /* element strides, 0 along broadcast dimensions */
+  int64_t b_stride[REFCG_MAX_DIMS];
+  int32_t a_dtype, b_dtype, out_dtype;
+  int32_t a_zp, b_zp;               /* mul only */
+  int32_t out_zp, out_min, out_max; /* add/subtract only */
+  refcg_requant rq_a, rq_b;
+} refcg_binary_params;
+
+REFCG_API int refcg_binary_ref(const refcg_binary_params* p, const void* a, const void* b, void* out);
+
+/* Elementwise requantize of a tensor viewed as [outer][channels][inner], written into
+ * out[o * out_outer_stride + out_offset + c * inner + i]: plain qnn.requantize, and one
+ * input of qnn.concatenate along the channels axis. */
+typedef struct {
+  int64_t outer, channels, inner;
+  int64_t out_outer_stride, out_offset;
+  int32_t in_dtype, out_dtype;
+  refcg_requant rq;
+} refcg_requantize_params;
+
+REFCG_API int refcg_requantize_ref(const refcg_requantize_params* p, const void* input, void* output);
+
+/* qnn.quantize (float32 -> int8/uint8: clip(round(x / scale) + zp) in float32, then cast) and
+ * qnn.dequantize ((x - zp) * scale in float32), per tensor, as TVM 0.19 canonicalizes them. */
+typedef struct {
+  int64_t size;
+  int32_t quant_dtype; /* the integer side: output of quantize, input of dequantize */
+  int32_t zero_point;
+  float scale;
+} refcg_quantize_params;
+
+REFCG_API int refcg_quantize_ref(const refcg_quantize_params* p, const float* input, void* output);
+REFCG_API int refcg_dequantize_ref(const refcg_quantize_params* p, const void* input, float* output);
+
+/* nn.max_pool2d on int8/uint8, and nn.avg_pool2d / nn.global_avg_pool2d computed in int32
+ * (the cast-int32 form frontends emit): sum / count with C (truncating) division like topi. */
+typedef struct {
+  int32_t batch, in_h, in_w, channels, out_h, out_w;
+  int32_t kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w;
+  int32_t pad_top, pad_left, pad_bottom, pad_right;
+  int32_t is_avg, count_include_pad;
+  int32_t in_dtype, out_dtype;
+  int64_t in_stride[4]; /* batch, height, width, channel */
+  int64_t out_stride[4];
+} refcg_pool2d_params;
+
+REFCG_API int refcg_pool2d_ref(const refcg_pool2d_params* p, const void* input, void* output);
 
 #ifdef __cplusplus
 }

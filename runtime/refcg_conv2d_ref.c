@@ -5,22 +5,6 @@
  */
 #include "refcg.h"
 
-static inline int32_t refcg_load(const void* base, int64_t i, int32_t dtype) {
-  switch (dtype) {
-    case REFCG_S8: return ((const int8_t*)base)[i];
-    case REFCG_U8: return ((const uint8_t*)base)[i];
-    default: return ((const int32_t*)base)[i];
-  }
-}
-
-static inline void refcg_store(void* base, int64_t i, int32_t dtype, int32_t v) {
-  switch (dtype) {
-    case REFCG_S8: ((int8_t*)base)[i] = (int8_t)v; break;
-    case REFCG_U8: ((uint8_t*)base)[i] = (uint8_t)v; break;
-    default: ((int32_t*)base)[i] = v; break;
-  }
-}
-
 REFCG_API int refcg_conv2d_ref(const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
                                const void* input, void* output) {
   if (p->groups <= 0 || p->in_c % p->groups || p->out_c % p->groups) return -1;

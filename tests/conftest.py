@@ -9,11 +9,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tvm  # noqa: E402
 from tvm import relay  # noqa: E402
-from tvm.contrib import graph_executor  # noqa: E402
 
 import refcodegen  # noqa: E402,F401  registers relay.ext.refcg
 from refcodegen import partition_for_refcg  # noqa: E402
 from refcodegen.partition import refcg_functions  # noqa: E402
+from refcodegen.runner import load, run  # noqa: E402,F401  (tests import run from here)
 
 TARGET_LLVM = "llvm"
 TARGET_F32 = "llvm -mcpu=skylake"  # sse4.1: TVM-only requantize computes in float32
@@ -24,21 +24,15 @@ def build_and_load(mod, target, tmp_path, name, params=None, **export):
         lib = relay.build(mod, target=target, params=params)
     path = str(tmp_path / f"{name}.so")
     lib.export_library(path, **export)
-    return graph_executor.GraphModule(tvm.runtime.load_module(path)["default"](tvm.cpu()))
-
-
-def run(module, inputs: dict) -> list[np.ndarray]:
-    for key, value in inputs.items():
-        module.set_input(key, value)
-    module.run()
-    return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
+    return load(path)
 
 
 def compare_with_tvm(mod, inputs: dict, tmp_path, target=TARGET_LLVM, params=None,
-                     expect_partitions: int | None = None, **partition_options):
+                     expect_partitions: int | None = None, outputs: list | None = None, **partition_options):
     """Build ``mod`` TVM-only and with refcg for ``target``; assert bit-exact outputs.
 
-    Returns the partitioned module so callers can inspect it.
+    Returns the partitioned module so callers can inspect it; the refcg outputs are appended
+    to ``outputs`` when given (to compare them with another runtime).
     """
     reference = run(build_and_load(mod, target, tmp_path, "tvm_only", params), inputs)
     partitioned = partition_for_refcg(mod, params, **partition_options)
@@ -51,8 +45,11 @@ def compare_with_tvm(mod, inputs: dict, tmp_path, target=TARGET_LLVM, params=Non
     assert len(actual) == len(reference)
     for want, got in zip(reference, actual):
         assert want.dtype == got.dtype and want.shape == got.shape
-        diff = np.abs(want.astype(np.int64) - got.astype(np.int64))
+        wide = np.float64 if want.dtype.kind == "f" else np.int64  # int64 would truncate float outputs
+        diff = np.abs(want.astype(wide) - got.astype(wide))
         assert diff.max(initial=0) == 0, f"max |refcg - TVM| = {diff.max()} at {np.argmax(diff)}"
+    if outputs is not None:
+        outputs.extend(actual)
     return partitioned
 
 

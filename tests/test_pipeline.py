@@ -96,7 +96,7 @@ def test_export_needs_no_compiler_flags(tmp_path, rng):
     as_generated = stack_traffic(code, "generated")
     unoptimized = stack_traffic(code.replace('#pragma GCC optimize("O3", "fp-contract=off")', ""), "plain")
     # -O0 keeps every local on the stack frame; optimized code keeps them in registers
-    assert unoptimized > 0.2 and as_generated < unoptimized / 4, (as_generated, unoptimized)
+    assert unoptimized > 0.05 and as_generated < unoptimized / 10, (as_generated, unoptimized)
 
 
 def test_report_explains_what_stays_in_tvm(rng):

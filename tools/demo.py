@@ -1,56 +1,50 @@
-"""make demo: a quantized ResNet-18-style network, TVM-only vs refcg, bit-exact check and latency."""
+"""make demo: a quantized MobileNetV2-style ONNX model, TVM-only vs refcg vs ONNX Runtime.
+
+The float model is built in code (fixed seed), quantized by ONNX Runtime's ``quantize_static``
+(QDQ, per-channel int8 weights, int8 activations), imported with TVM's ONNX frontend, then
+built TVM-only and with refcg. Prints the offload report, the max differences and the speedup;
+exits 1 unless refcg matches TVM-only bit for bit.
+"""
+import argparse
+import logging
 import os
+import sys
 import tempfile
-import time
 
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
+os.environ.setdefault("TVM_NUM_THREADS", "1")  # one core each, like ONNX Runtime below
 
-import numpy as np  # noqa: E402
-import tvm  # noqa: E402
-from tvm import relay  # noqa: E402
-from tvm.contrib import graph_executor  # noqa: E402
-
-from refcodegen import networks, offload_report, partition_for_refcg  # noqa: E402
-
-TARGET = "llvm"
+from refcodegen import cli, onnx_models, runner  # noqa: E402
+from refcodegen.frontends import load_model  # noqa: E402
 
 
-def build(mod, path):
-    start = time.perf_counter()
-    with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target=TARGET)
-    lib.export_library(path)
-    module = graph_executor.GraphModule(tvm.runtime.load_module(path)["default"](tvm.cpu()))
-    return module, time.perf_counter() - start
-
-
-def latency_ms(module) -> float:
-    timer = module.module.time_evaluator("run", tvm.cpu(), number=5, repeat=3)
-    return min(timer().results) * 1e3
-
-
-def main():
-    mod, name, shape, dtype = networks.resnet18_style(size=96, classes=100)
-    data = np.random.default_rng(0).integers(-128, 128, shape).astype(dtype)
+def main() -> int:
+    logging.getLogger("autotvm").setLevel(logging.ERROR)  # "operators have not been tuned": expected
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=96, help="input height and width (default 96)")
+    parser.add_argument("--save", metavar="PATH.onnx",
+                        help="keep the quantized model (then: refcg report PATH.onnx, refcg bench PATH.onnx)")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"model: ResNet-18-style, int8 NHWC input {shape}, target {TARGET!r}")
-        tvm_only, tvm_build = build(mod, os.path.join(tmp, "tvm_only.so"))
-        partitioned = partition_for_refcg(mod)
-        print(offload_report(partitioned))
-        refcg, refcg_build = build(partitioned, os.path.join(tmp, "refcg.so"))
-        outputs = []
-        for module in (tvm_only, refcg):
-            module.set_input(name, data)
-            module.run()
-            outputs.append(module.get_output(0).numpy().astype(np.int64))
-        diff = int(np.abs(outputs[0] - outputs[1]).max())
-        t_tvm, t_refcg = latency_ms(tvm_only), latency_ms(refcg)
-    print(f"build+export: TVM-only {tvm_build:.1f} s, refcg {refcg_build:.1f} s")
-    print(f"max |refcg - TVM-only| = {diff}  ({'bit-exact' if diff == 0 else 'MISMATCH'})")
-    print(f"latency: TVM-only {t_tvm:.2f} ms, refcg {t_refcg:.2f} ms, speedup {t_tvm / t_refcg:.2f}x")
-    if diff:
-        raise SystemExit(1)
+        path = args.save or os.path.join(tmp, "mobilenet_v2_int8.onnx")
+        with runner.progress("quantizing the MobileNetV2-style model with ONNX Runtime"):
+            onnx_models.quantize(onnx_models.mobilenet_v2(size=args.size, classes=100), path, fmt="qdq",
+                                 per_channel=True)
+        model = load_model(path)
+        (name, (shape, dtype)), = model.inputs.items()
+        print(f"model: MobileNetV2-style, ONNX QDQ per-channel int8, input {name} {dtype}{list(shape)}, "
+              f"target 'llvm', TVM threads {os.environ['TVM_NUM_THREADS']}\n")
+        results, report = cli.bench(model, "llvm", path)
+    print(f"\n{report}\n")
+    (tvm_out, tvm_ms), (refcg_out, refcg_ms) = results["TVM-only"], results["refcg"]
+    exact = runner.max_abs_diff(tvm_out, refcg_out)
+    print(f"max |refcg - TVM-only|     = {exact:g}  ({'bit-exact' if exact == 0 else 'MISMATCH'})")
+    print(f"max |refcg - ONNX Runtime| = {runner.max_abs_diff(results['ONNX Runtime'][0], refcg_out):.4g}"
+          "  (different rounding; reported, not required)")
+    print(f"QNN ops offloaded: {report.qnn_fraction():.1%}; "
+          f"latency TVM-only {tvm_ms:.2f} ms, refcg {refcg_ms:.2f} ms: speedup {tvm_ms / refcg_ms:.2f}x")
+    return 0 if exact == 0 else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""The ``refcg`` command: compile, run, report, emit and bench quantized models with refcg.
+
+    refcg compile MODEL -o lib.so [--target x86|aarch64|"llvm ..."] [--input-shape name:1x3x224x224]
+    refcg run lib.so [--inputs x.npz] [-o out.npz]
+    refcg report MODEL
+    refcg emit MODEL -o DIR
+    refcg bench MODEL [--threads N]
+
+MODEL is ONNX, TorchScript or Relay text (see ``frontends.py``). Slow steps report progress on
+stderr; errors name the op, the attribute and the reason, and exit with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+
+import numpy as np
+import tvm
+
+from . import runner
+from .codegen import generate_c
+from .errors import RefcgError
+from .frontends import load_model, parse_shape
+from .partition import refcg_functions
+from .report import offload_report
+
+EMIT_MAKEFILE = """\
+# Standalone build of the C that refcg generated for this model (for reading and experiments;
+# relay.build + export_library does the same inside TVM). Needs only a C/C++ compiler.
+TVM_INCLUDE := {includes}
+CXX ?= g++
+CFLAGS := -fPIC -Wall -Wextra -Werror $(addprefix -I,$(TVM_INCLUDE))
+OBJECTS := {objects}
+
+all: $(OBJECTS)
+%.o: %.c
+\t$(CXX) -x c++ $(CFLAGS) -c $< -o $@
+clean:
+\trm -f $(OBJECTS)
+"""
+
+
+def _load(args):
+    shapes = dict(parse_shape(text) for text in args.input_shape)
+    with runner.progress(f"importing {os.path.basename(args.model)}"):
+        return load_model(args.model, shapes)
+
+
+def _partition(model, target):
+    with runner.progress("partitioning for refcg"):
+        return runner.partition(model, target)
+
+
+def cmd_compile(args):
+    target = runner.target_string(args.target)
+    model = _load(args)
+    mod = runner.prepared(model) if args.tvm_only else _partition(model, target)
+    with runner.progress(f"building {'TVM-only' if args.tvm_only else 'refcg'} for {target!r}"):
+        runner.build(mod, target, args.output)
+    runner.write_signature(args.output, model.inputs)
+    print(f"wrote {args.output}")
+
+
+def cmd_run(args):
+    if not os.path.isfile(args.library):
+        raise RefcgError("run", args.library, "no such file")
+    module = runner.load(args.library)
+    if args.inputs:
+        inputs = dict(np.load(args.inputs))
+    else:
+        signature = runner.read_signature(args.library)
+        if not signature:
+            raise RefcgError("run", args.library, f"no {args.library}.json beside it: give --inputs x.npz")
+        inputs = runner.random_inputs(signature, args.seed)
+        print(f"random inputs (seed {args.seed}): "
+              + ", ".join(f"{k} {v.dtype}{list(v.shape)}" for k, v in inputs.items()))
+    outputs = runner.run(module, inputs)
+    for i, out in enumerate(outputs):
+        flat = out.reshape(-1)
+        print(f"output {i}: {out.dtype}{list(out.shape)} min {flat.min()} max {flat.max()} "
+              f"first {np.array2string(flat[:8], separator=' ')}")
+    if args.output:
+        np.savez(args.output, **{f"output_{i}": out for i, out in enumerate(outputs)})
+        print(f"wrote {args.output}")
+
+
+def cmd_report(args):
+    model = _load(args)
+    report = offload_report(_partition(model, runner.target_string(args.target)))
+    print(report)
+    print(f"QNN ops offloaded: {report.qnn_fraction():.1%}")
+
+
+def cmd_emit(args):
+    target = runner.target_string(args.target)
+    partitioned = _partition(_load(args), target)
+    os.makedirs(args.output, exist_ok=True)
+    objects = []
+    with runner.progress("generating C"):
+        for _, func in refcg_functions(partitioned):
+            symbol, source = generate_c(func)
+            with open(os.path.join(args.output, f"{symbol}.c"), "w", encoding="utf-8") as f:
+                f.write(source)
+            objects.append(f"{symbol}.o")
+    includes = " ".join(tvm._ffi.libinfo.find_include_path())
+    with open(os.path.join(args.output, "Makefile"), "w", encoding="utf-8") as f:
+        f.write(EMIT_MAKEFILE.format(includes=includes, objects=" ".join(sorted(objects))))
+    with open(os.path.join(args.output, "report.txt"), "w", encoding="utf-8") as f:
+        f.write(f"{offload_report(partitioned)}\n")
+    print(f"wrote {len(objects)} C file(s), Makefile and report.txt to {args.output} (build: make -C {args.output})")
+
+
+def bench(model, target: str, onnx_path: str | None = None, number: int = 5, repeat: int = 5):
+    """Build TVM-only and refcg, run both (and ONNX Runtime for ONNX), print a table; return the figures."""
+    if runner.cross_arch(target):
+        raise RefcgError("bench", target, "runs on this host only; compile for it and run it there")
+    inputs = runner.random_inputs(model.inputs)
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        partitioned = _partition(model, target)
+        for name, mod in [("TVM-only", runner.prepared(model)), ("refcg", partitioned)]:
+            with runner.progress(f"building {name}"):
+                module = runner.load(runner.build(mod, target, os.path.join(tmp, f"{name}.so")))
+            with runner.progress(f"timing {name}"):
+                results[name] = (runner.run(module, inputs), runner.latency_ms(module, inputs, number, repeat))
+    if onnx_path is not None:
+        session = runner.onnxruntime_session(onnx_path)
+        results["ONNX Runtime"] = (runner.onnxruntime_run(session, inputs),
+                                   runner.onnxruntime_latency_ms(session, inputs, number, repeat))
+    reference, base_ms = results["TVM-only"]
+    print(f"{'backend':<14} {'ms':>9} {'vs TVM-only':>12} {'max |diff| vs TVM-only':>24}")
+    for name, (outputs, ms) in results.items():
+        diff = runner.max_abs_diff(reference, outputs)
+        print(f"{name:<14} {ms:>9.3f} {base_ms / ms:>11.2f}x {diff:>24.6g}")
+    report = offload_report(partitioned)
+    print(f"QNN ops offloaded to refcg: {report.qnn_fraction():.1%}; "
+          f"TVM threads {os.environ.get('TVM_NUM_THREADS', 'default')}, ONNX Runtime 1 thread")
+    return results, report
+
+
+def cmd_bench(args):
+    model = _load(args)
+    onnx_path = args.model if model.frontend == "onnx" else None
+    bench(model, runner.target_string(args.target), onnx_path, args.number, args.repeat)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="refcg", description=__doc__.split("\n\n")[0])
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def model_command(name, func, help_text):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("model", help="ONNX (.onnx), TorchScript (.pt/.ts) or Relay text (.relay/.txt)")
+        p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224",
+                       help="input shape (repeat per input); required for TorchScript")
+        p.add_argument("--target", default="x86", help="x86, aarch64 or a TVM target string (default x86)")
+        p.set_defaults(func=func)
+        return p
+
+    p = model_command("compile", cmd_compile, "build a deployable library with refcg partitions")
+    p.add_argument("-o", "--output", required=True, help="library path (.so)")
+    p.add_argument("--tvm-only", action="store_true", help="build without refcg, for comparison")
+    model_command("report", cmd_report, "print which ops refcg offloads and why others stay in TVM")
+    p = model_command("emit", cmd_emit, "write the generated C and a standalone Makefile")
+    p.add_argument("-o", "--output", required=True, help="directory")
+    p = model_command("bench", cmd_bench, "refcg vs TVM-only (vs ONNX Runtime) latency and differences")
+    p.add_argument("--threads", type=int, default=1, help="TVM threads (TVM_NUM_THREADS), default 1")
+    p.add_argument("--number", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=5)
+
+    p = sub.add_parser("run", help="run a compiled library")
+    p.add_argument("library")
+    p.add_argument("--inputs", help=".npz with one array per input name (default: random, from lib.so.json)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-o", "--output", help="write outputs to this .npz")
+    p.set_defaults(func=cmd_run)
+    return top
+
+
+def error_message(err: Exception) -> str:
+    """One line naming op, attribute and reason; TVM wraps errors raised inside relay.build."""
+    if isinstance(err, RefcgError):
+        return f"{err.op}: {err.attribute}: {err.reason}"
+    lines = [line.split("refcg: ")[-1].strip() for line in str(err).splitlines() if "refcg: " in line]
+    return lines[-1] if lines else f"{type(err).__name__}: {str(err).strip().splitlines()[-1]}"
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    logging.getLogger("autotvm").setLevel(logging.ERROR)  # "operators have not been tuned": expected
+    if getattr(args, "threads", None):
+        os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    try:
+        args.func(args)
+    except (RefcgError, tvm.error.TVMError) as err:
+        print(f"refcg: error: {error_message(err)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""The C core built on its own through cffi (no TVM runtime: serial threads, malloc workspace).
+
+Used by the core tests (``tests/test_core_*.py``) and ``tools/bench.py`` to call every kernel
+variant directly; ``REFCG_ISA`` selects the variant per call. The library is the same bundled
+source the generated modules embed, compiled once per source hash into a cache directory.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .emit import bundled_core
+from .numerics import Requantize
+
+CDEF = """
+typedef struct {
+  int32_t mode, per_channel, identity, input_zp, output_zp, out_min, out_max;
+  const int32_t* multiplier; const int32_t* shift; const float* scale_f32; const double* scale_f64;
+} refcg_requant;
+typedef struct {
+  int32_t batch, in_h, in_w, in_c, out_h, out_w, out_c, kernel_h, kernel_w;
+  int32_t stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, groups;
+  int32_t in_dtype, w_dtype, out_dtype, input_zp, kernel_zp;
+  int64_t in_stride[4]; int64_t out_stride[4];
+} refcg_conv2d_params;
+typedef struct { const void* weight; const int32_t* bias; refcg_requant requant; } refcg_conv2d_consts;
+typedef struct {
+  int32_t batch, in_features, units, in_dtype, w_dtype, out_dtype, input_zp, kernel_zp;
+} refcg_dense_params;
+typedef struct {
+  int32_t kp, np; const int8_t* w; const int32_t* corr_u8; const int32_t* corr_s8;
+} refcg_gemm_weights;
+typedef struct {
+  int32_t kind, cp; refcg_gemm_weights gemm;
+  const int16_t* dw_w; const int32_t* dw_corr_u8; const int32_t* dw_corr_s8;
+} refcg_conv2d_fast;
+int refcg_conv2d_ref(const refcg_conv2d_params*, const refcg_conv2d_consts*, const void*, void*);
+int refcg_conv2d(const refcg_conv2d_params*, const refcg_conv2d_consts*, const refcg_conv2d_fast*,
+                 const void*, void*);
+int refcg_dense(const refcg_dense_params*, const refcg_gemm_weights*, const refcg_requant*, const void*, void*);
+int32_t refcg_requantize_one(const refcg_requant*, int32_t, int32_t);
+const char* refcg_isa_name(void);
+int refcg_isa_supported(const char*);
+"""
+
+X86_VARIANTS = ("avx512vnni", "avxvnni", "avx2")
+ARM_VARIANTS = ("dotprod", "neon")
+DTYPE_CODE = {"int8": 0, "uint8": 1, "int32": 2}
+FAST_KIND = {"REFCG_FAST_GEMM": 1, "REFCG_FAST_DEPTHWISE": 2}
+
+
+def _build(cache: Path):
+    import cffi
+
+    source = "#include <stdint.h>\n#include <stddef.h>\n" + bundled_core()
+    digest = hashlib.sha256((CDEF + source).encode()).hexdigest()[:16]
+    name = f"_refcg_core_{digest}"
+    target = cache / name
+    if not any(target.glob(f"{name}*.so")):
+        ffi = cffi.FFI()
+        ffi.cdef(CDEF)
+        ffi.set_source(name, source, extra_compile_args=["-O3", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror"])
+        target.mkdir(parents=True, exist_ok=True)
+        ffi.compile(tmpdir=str(target), verbose=False)
+    so = next(target.glob(f"{name}*.so"))
+    spec = importlib.util.spec_from_file_location(name, so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+class Core:
+    """The compiled core plus helpers that keep the numpy arrays behind each C struct alive."""
+
+    def __init__(self, cache: str | None = None):
+        cache_dir = Path(cache or os.environ.get("REFCG_CORE_CACHE", Path(tempfile.gettempdir()) / "refcg-core"))
+        module = _build(cache_dir)
+        self.ffi, self.lib = module.ffi, module.lib
+        self._keep: list = []
+
+    def ptr(self, array: np.ndarray, ctype: str):
+        array = np.ascontiguousarray(array)
+        self._keep.append(array)
+        return self.ffi.cast(ctype, self.ffi.from_buffer(array))
+
+    def requant(self, rq: Requantize):
+        s = self.ffi.new("refcg_requant*")
+        s.mode, s.per_channel, s.identity = rq.mode, int(rq.per_channel), int(rq.identity)
+        s.input_zp, s.output_zp, s.out_min, s.out_max = rq.input_zp, rq.output_zp, rq.out_min, rq.out_max
+        s.multiplier = self.ptr(np.array(rq.multipliers, np.int32), "int32_t*")
+        s.shift = self.ptr(np.array(rq.shifts, np.int32), "int32_t*")
+        s.scale_f32 = self.ptr(np.array(rq.scales_f32, np.float32), "float*")
+        s.scale_f64 = self.ptr(np.array(rq.scales_f64, np.float64), "double*")
+        self._keep.append(s)
+        return s
+
+    def gemm_weights(self, g) -> object:
+        s = self.ffi.new("refcg_gemm_weights*")
+        s.kp, s.np = g.kp, g.np
+        s.w = self.ptr(g.w, "int8_t*")
+        s.corr_u8 = self.ptr(g.corr_u8, "int32_t*")
+        s.corr_s8 = self.ptr(g.corr_s8, "int32_t*")
+        self._keep.append(s)
+        return s
+
+    def conv_fast(self, f):
+        s = self.ffi.new("refcg_conv2d_fast*")
+        if f is None:
+            return s  # kind 0: reference only
+        s.kind, s.cp = FAST_KIND[f.kind], f.cp
+        if f.gemm is not None:
+            s.gemm = self.gemm_weights(f.gemm)[0]
+        if f.dw_w is not None:
+            s.dw_w = self.ptr(f.dw_w, "int16_t*")
+            s.dw_corr_u8 = self.ptr(f.dw_corr_u8, "int32_t*")
+            s.dw_corr_s8 = self.ptr(f.dw_corr_s8, "int32_t*")
+        self._keep.append(s)
+        return s
+
+    def isa_name(self) -> str:
+        return self.ffi.string(self.lib.refcg_isa_name()).decode()
+
+    def variants(self) -> list[str]:
+        """Variants this host runs, best first, ending with the scalar reference."""
+        names = [n for n in X86_VARIANTS + ARM_VARIANTS if self.lib.refcg_isa_supported(n.encode())]
+        return names + ["scalar"]
+
+    def release(self) -> None:
+        self._keep.clear()
+
+
+def _strides(shape, layout: str) -> list[int]:
+    compact = np.cumprod((tuple(shape[1:]) + (1,))[::-1])[::-1]
+    return [int(compact[layout.index(axis)]) for axis in "NHWC"]
+
+
+class Conv2D:
+    """One conv bound to the core: ``run(x, fast)`` through refcg_conv2d or refcg_conv2d_ref."""
+
+    def __init__(self, core: Core, *, in_shape, layout: str, weight_ohwi: np.ndarray, strides=(1, 1),
+                 padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, in_dtype="int8", out_dtype="int8",
+                 input_zp=0, kernel_zp=0, bias=None, requant: Requantize):
+        from .packing import pack_conv2d_fast
+
+        self.core, self.layout, self.out_dtype = core, layout, out_dtype
+        n, c, h, w = ((in_shape[0], in_shape[1], in_shape[2], in_shape[3]) if layout == "NCHW"
+                      else (in_shape[0], in_shape[3], in_shape[1], in_shape[2]))
+        out_c, kh, kw, _ = weight_ohwi.shape
+        pt, pl, pb, pr = padding
+        oh = (h + pt + pb - (kh - 1) * dilation[0] - 1) // strides[0] + 1
+        ow = (w + pl + pr - (kw - 1) * dilation[1] - 1) // strides[1] + 1
+        self.out_shape = (n, out_c, oh, ow) if layout == "NCHW" else (n, oh, ow, out_c)
+        params = dict(batch=n, in_h=h, in_w=w, in_c=c, out_h=oh, out_w=ow, out_c=out_c, kernel_h=kh, kernel_w=kw,
+                      stride_h=strides[0], stride_w=strides[1], dilation_h=dilation[0], dilation_w=dilation[1],
+                      pad_top=pt, pad_left=pl, groups=groups, in_dtype=DTYPE_CODE[in_dtype],
+                      w_dtype=DTYPE_CODE[str(weight_ohwi.dtype)], out_dtype=DTYPE_CODE[out_dtype],
+                      input_zp=input_zp, kernel_zp=kernel_zp)
+        p = core.ffi.new("refcg_conv2d_params*")
+        for key, value in params.items():
+            setattr(p, key, int(value))
+        p.in_stride = _strides(in_shape, layout)
+        p.out_stride = _strides(self.out_shape, layout)
+        k = core.ffi.new("refcg_conv2d_consts*")
+        k.weight = core.ptr(weight_ohwi, "void*")
+        k.bias = core.ptr(np.asarray(bias, np.int32), "int32_t*") if bias is not None else core.ffi.NULL
+        k.requant = core.requant(requant)[0]
+        self.weight = weight_ohwi
+        self.fast_data = pack_conv2d_fast(weight_ohwi, params, in_dtype, bias)
+        self.p, self.k, self.f = p, k, core.conv_fast(self.fast_data)
+        self.macs = n * oh * ow * out_c * kh * kw * (c // groups)
+
+    def run(self, x: np.ndarray, fast: bool = True, out: np.ndarray | None = None) -> np.ndarray:
+        out = np.empty(self.out_shape, self.out_dtype) if out is None else out
+        ffi, lib = self.core.ffi, self.core.lib
+        src, dst = ffi.from_buffer(x), ffi.from_buffer(out)
+        status = lib.refcg_conv2d(self.p, self.k, self.f, src, dst) if fast else lib.refcg_conv2d_ref(self.p, self.k, src, dst)
+        if status != 0:
+            raise RuntimeError(f"refcg conv2d returned {status}")
+        return out
+
+
+class Dense:
+    """out = requant((x - input_zp) @ (w - kernel_zp).T + bias) through refcg_dense."""
+
+    def __init__(self, core: Core, *, weight_nk: np.ndarray, batch: int, in_dtype="int8", out_dtype="int8",
+                 input_zp=0, kernel_zp=0, bias=None, requant: Requantize):
+        from .packing import pack_gemm_weights
+
+        units, features = weight_nk.shape
+        self.core, self.out_shape, self.out_dtype = core, (batch, units), out_dtype
+        packed = pack_gemm_weights(weight_nk, kernel_zp, input_zp, in_dtype, bias)
+        if packed is None:
+            raise ValueError("weights do not fit the accelerated dense layout")
+        self.packed = packed
+        p = core.ffi.new("refcg_dense_params*")
+        p.batch, p.in_features, p.units = batch, features, units
+        p.in_dtype, p.w_dtype, p.out_dtype = DTYPE_CODE[in_dtype], 0, DTYPE_CODE[out_dtype]
+        p.input_zp, p.kernel_zp = input_zp, 0
+        self.p, self.g, self.rq = p, core.gemm_weights(packed), core.requant(requant)
+        self.macs = batch * units * features
+
+    def run(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        out = np.empty(self.out_shape, self.out_dtype) if out is None else out
+        ffi = self.core.ffi
+        status = self.core.lib.refcg_dense(self.p, self.g, self.rq, ffi.from_buffer(x), ffi.from_buffer(out))
+        if status != 0:
+            raise RuntimeError(f"refcg_dense returned {status}")
+        return out

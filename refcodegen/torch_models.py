@@ -1,0 +1,69 @@
+"""A PyTorch model quantized with PyTorch's own post-training quantization, traced for TVM.
+
+The combination that imports with TVM 0.19's ``relay.frontend.from_pytorch`` (torch 2.13.0):
+eager-mode static quantization (``torch.ao.quantization``: QuantStub/DeQuantStub,
+``fuse_modules`` for Conv+ReLU, ``get_default_qconfig("fbgemm")``: per-channel int8 weights,
+uint8 activations; or ``"qnnpack"``: per-tensor), ``prepare`` -> calibrate -> ``convert``, then
+``torch.jit.trace``. Residual adds must use ``FloatFunctional`` so they become ``quantized::add``.
+FX mode (``prepare_fx``/``convert_fx`` with ``get_default_qconfig_mapping("fbgemm")``, then
+``torch.jit.trace``) imports too, with extra quantize/dequantize pairs around flatten.
+Needs the ``torch`` extra.
+"""
+from __future__ import annotations
+
+INPUT_SHAPE = (1, 3, 32, 32)
+
+
+def _modules():
+    import torch.ao.quantization as tq
+    from torch import nn
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, c, hidden):
+            super().__init__()
+            self.expand = nn.Sequential(nn.Conv2d(c, hidden, 1), nn.ReLU())
+            self.dw = nn.Sequential(nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden), nn.ReLU())
+            self.project = nn.Conv2d(hidden, c, 1)
+            self.add = nn.quantized.FloatFunctional()
+
+        def forward(self, x):
+            return self.add.add(x, self.project(self.dw(self.expand(x))))
+
+    class MobileNetV2Style(nn.Module):
+        def __init__(self, classes=10):
+            super().__init__()
+            self.quant, self.dequant = tq.QuantStub(), tq.DeQuantStub()
+            self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU())
+            self.b1, self.b2 = InvertedResidual(16, 64), InvertedResidual(16, 64)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(16, classes)
+
+        def forward(self, x):
+            import torch
+
+            x = self.b2(self.b1(self.stem(self.quant(x))))
+            return self.dequant(self.fc(torch.flatten(self.pool(x), 1)))
+
+        fuse = [["stem.0", "stem.1"]] + [[f"{b}.{m}.0", f"{b}.{m}.1"] for b in ("b1", "b2") for m in ("expand", "dw")]
+
+    return MobileNetV2Style
+
+
+def mobilenet_v2_traced(seed: int = 0, engine: str = "fbgemm", calibration: int = 8):
+    """(traced quantized ScriptModule, example input) for ``relay.frontend.from_pytorch``."""
+    import torch
+    import torch.ao.quantization as tq
+
+    torch.manual_seed(seed)
+    torch.backends.quantized.engine = engine
+    net = _modules()().eval()
+    net = tq.fuse_modules(net, net.fuse)
+    net.qconfig = tq.get_default_qconfig(engine)
+    tq.prepare(net, inplace=True)
+    with torch.no_grad():
+        for _ in range(calibration):
+            net(torch.randn(INPUT_SHAPE))
+    tq.convert(net, inplace=True)
+    example = torch.randn(INPUT_SHAPE)
+    with torch.no_grad():
+        return torch.jit.trace(net, example), example

@@ -1,0 +1,76 @@
+/*
+ * Portable scalar references for elementwise QNN ops: qnn.add/subtract/mul with
+ * broadcasting, and tensor requantize (qnn.requantize, qnn.concatenate inputs).
+ * Each follows TVM 0.19's canonical form (src/relay/qnn/op/{add,subtract,mul}.cc):
+ * int32 arithmetic written through unsigned types so it wraps like TVM's.
+ */
+#include <math.h>
+#include "refcg.h"
+
+static inline int32_t refcg_binary_one(const refcg_binary_params* p, int32_t x, int32_t y) {
+  if (p->op == REFCG_BIN_MUL) {
+    const uint32_t prod = (uint32_t)(x - p->a_zp) * (uint32_t)(y - p->b_zp);
+    return refcg_requantize_one(&p->rq_a, (int32_t)prod, 0);
+  }
+  const uint32_t qa = (uint32_t)refcg_requantize_one(&p->rq_a, x, 0);
+  const uint32_t qb = (uint32_t)refcg_requantize_one(&p->rq_b, y, 0);
+  /* add: Q_a' + Q_b' - zp_out; subtract: Q_a' - Q_b' + zp_out */
+  const uint32_t v = p->op == REFCG_BIN_ADD ? qa + qb - (uint32_t)p->out_zp : qa - qb + (uint32_t)p->out_zp;
+  return refcg_clamp((int32_t)v, p->out_min, p->out_max);
+}
+
+REFCG_API int refcg_binary_ref(const refcg_binary_params* p, const void* a, const void* b, void* out) {
+  if (p->ndim < 1 || p->ndim > REFCG_MAX_DIMS) return -1;
+  int64_t index[REFCG_MAX_DIMS] = {0};
+  int64_t total = 1;
+  for (int32_t d = 0; d < p->ndim; ++d) total *= p->shape[d];
+  int64_t ia = 0, ib = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    refcg_store(out, i, p->out_dtype,
+                refcg_binary_one(p, refcg_load(a, ia, p->a_dtype), refcg_load(b, ib, p->b_dtype)));
+    /* odometer over the output index; broadcast dimensions have stride 0 */
+    for (int32_t d = p->ndim - 1; d >= 0; --d) {
+      ia += p->a_stride[d];
+      ib += p->b_stride[d];
+      if (++index[d] < p->shape[d]) break;
+      ia -= p->a_stride[d] * p->shape[d];
+      ib -= p->b_stride[d] * p->shape[d];
+      index[d] = 0;
+    }
+  }
+  return 0;
+}
+
+REFCG_API int refcg_requantize_ref(const refcg_requantize_params* p, const void* input, void* output) {
+  if (p->outer < 0 || p->channels < 0 || p->inner < 0) return -1;
+  int64_t src = 0;
+  for (int64_t o = 0; o < p->outer; ++o) {
+    const int64_t dst = o * p->out_outer_stride + p->out_offset;
+    for (int64_t c = 0; c < p->channels; ++c) {
+      for (int64_t i = 0; i < p->inner; ++i, ++src) {
+        const int32_t v = refcg_requantize_one(&p->rq, refcg_load(input, src, p->in_dtype), (int32_t)c);
+        refcg_store(output, dst + c * p->inner + i, p->out_dtype, v);
+      }
+    }
+  }
+  return 0;
+}
+
+REFCG_API int refcg_quantize_ref(const refcg_quantize_params* p, const float* input, void* output) {
+  const float lo = p->quant_dtype == REFCG_U8 ? 0.0f : -128.0f, hi = p->quant_dtype == REFCG_U8 ? 255.0f : 127.0f;
+  const float zp = (float)p->zero_point;
+  for (int64_t i = 0; i < p->size; ++i) {
+    float v = roundf(input[i] / p->scale) + zp; /* roundf: half away from zero, like llvm.round */
+    v = v < lo ? lo : (v > hi ? hi : v);
+    refcg_store(output, i, p->quant_dtype, (int32_t)v);
+  }
+  return 0;
+}
+
+REFCG_API int refcg_dequantize_ref(const refcg_quantize_params* p, const void* input, float* output) {
+  for (int64_t i = 0; i < p->size; ++i) {
+    const int32_t x = (int32_t)((uint32_t)refcg_load(input, i, p->quant_dtype) - (uint32_t)p->zero_point);
+    output[i] = (float)x * p->scale;
+  }
+  return 0;
+}

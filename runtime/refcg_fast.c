@@ -1,0 +1,258 @@
+/*
+ * Run-time dispatch: ONE table of variants, best first; the first the CPU supports wins,
+ * unless REFCG_ISA names another supported one. Drivers: copy the input once into the
+ * variant's domain (padded, NHWC), then split tiles over threads.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "refcg_fast.h"
+
+typedef struct {
+  const char* name;
+  int (*supported)(void);
+  int32_t signed_domain; /* 1: kernels read int8 inputs (aarch64), 0: uint8 (x86) */
+  int32_t mr, nv;        /* rows and 16-channel blocks per GEMM tile */
+  refcg_range_fn gemm_tiles;
+  refcg_range_fn dw_rows;
+} refcg_isa;
+
+static inline int refcg_cpu_any(void) { return 1; }
+
+/* Portable variant on the packed layout (dense under REFCG_ISA=scalar, any architecture). */
+static void refcg_tiles_portable(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
+  const int32_t nblocks = (j->n + 15) / 16;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int32_t i = (int32_t)(t / nblocks), nb = (int32_t)(t % nblocks);
+    const uint8_t* row = refcg_job_row(j, i);
+    const int8_t* wp = j->w + (int64_t)nb * j->kp * 16;
+    uint32_t acc[16] = {0};
+    for (int32_t s = 0; s < j->nseg; ++s)
+      for (int32_t k = 0; k < j->seg_len; k += 4, wp += 64)
+        for (int l = 0; l < 16; ++l)
+          for (int q = 0; q < 4; ++q) acc[l] += (uint32_t)(row[j->seg_off[s] + k + q] * wp[4 * l + q]);
+    const int32_t c0 = nb * 16;
+    refcg_epi_scalar(&j->epi, (const int32_t*)acc, c0, j->n - c0 < 16 ? j->n - c0 : 16, refcg_job_out(j, i));
+  }
+}
+
+static void refcg_dw_portable(const void* ctx, int64_t r0, int64_t r1) {
+  refcg_dw_rows((const refcg_dw_job*)ctx, r0, r1, refcg_dw16_portable, refcg_epi_scalar);
+}
+
+static const refcg_isa refcg_isa_table[] = {
+#if defined(REFCG_HAVE_X86)
+    {"avx512vnni", refcg_cpu_avx512vnni, 0, REFCG_X512_MR, REFCG_X512_NV, refcg_tiles_avx512vnni, refcg_dw_avx512},
+    {"avxvnni", refcg_cpu_avxvnni, 0, 6, 1, refcg_tiles_avxvnni, refcg_dw_avx2},
+    {"avx2", refcg_cpu_avx2, 0, 2, 1, refcg_tiles_avx2, refcg_dw_avx2},
+#endif
+#if defined(REFCG_HAVE_ARM)
+    {"dotprod", refcg_cpu_dotprod, 1, 4, 1, refcg_tiles_dotprod, refcg_dw_neon},
+    {"neon", refcg_cpu_neon, 1, 2, 1, refcg_tiles_neon, refcg_dw_neon},
+#endif
+    {"scalar", refcg_cpu_any, 0, 1, 1, refcg_tiles_portable, refcg_dw_portable},
+};
+enum { REFCG_NUM_ISA = sizeof(refcg_isa_table) / sizeof(refcg_isa_table[0]) };
+
+static inline const refcg_isa* refcg_isa_find(const char* name) {
+  for (int i = 0; i < REFCG_NUM_ISA; ++i)
+    if (!strcmp(refcg_isa_table[i].name, name) && refcg_isa_table[i].supported()) return &refcg_isa_table[i];
+  return NULL;
+}
+
+/* Chosen on every call (a getenv and libgcc's cached cpuid bits, negligible next to a conv),
+ * so REFCG_ISA can switch variants inside one process, as the tests do. */
+static inline const refcg_isa* refcg_isa_current(void) {
+  const char* forced = getenv("REFCG_ISA");
+  if (forced && *forced) {
+    const refcg_isa* f = refcg_isa_find(forced);
+    if (f) return f;
+  }
+  for (int i = 0; i < REFCG_NUM_ISA; ++i)
+    if (refcg_isa_table[i].supported()) return &refcg_isa_table[i];
+  return &refcg_isa_table[REFCG_NUM_ISA - 1];
+}
+
+REFCG_API const char* refcg_isa_name(void) { return refcg_isa_current()->name; }
+
+REFCG_API int refcg_isa_supported(const char* name) { return refcg_isa_find(name) != NULL; }
+
+/* ---- padded input copy ---- */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* 8 channels x 8 pixels of an NCHW input (rows src + c * cs) into 8 pixels x 8 channels
+ * (rows dst + w * ds), XOR-ing the domain shift in. SSE2 is baseline on x86-64. */
+REFCG_INLINE void refcg_transpose8x8(const uint8_t* src, int64_t cs, uint8_t* dst, int64_t ds, uint8_t flip) {
+#if defined(__SSE2__)
+  const __m128i f = _mm_set1_epi8((char)flip);
+  __m128i r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm_xor_si128(_mm_loadl_epi64((const __m128i*)(src + i * cs)), f);
+  const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]);
+  const __m128i a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
+  const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
+  const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
+  const __m128i d[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2), _mm_unpacklo_epi32(b1, b3),
+                        _mm_unpackhi_epi32(b1, b3)};
+  for (int i = 0; i < 4; ++i) {
+    _mm_storel_epi64((__m128i*)(dst + (2 * i) * ds), d[i]);
+    _mm_storel_epi64((__m128i*)(dst + (2 * i + 1) * ds), _mm_srli_si128(d[i], 8));
+  }
+#else
+  for (int c = 0; c < 8; ++c)
+    for (int w = 0; w < 8; ++w) dst[w * ds + c] = (uint8_t)(src[c * cs + w] ^ flip);
+#endif
+}
+
+typedef struct {
+  const refcg_conv2d_params* p;
+  const void* input;      /* one batch */
+  uint8_t* a;             /* [hp][wp][cp] */
+  int32_t hp, wp, cp, cin;
+  uint8_t flip;           /* 0x80 when the input dtype differs from the domain */
+  uint8_t pad;            /* izp in the domain */
+} refcg_pad_job;
+
+/* Rows [r0, r1) of the padded copy: border = izp, channels beyond cin = 0. */
+static void refcg_pad_rows(const void* ctx, int64_t r0, int64_t r1) {
+  const refcg_pad_job* j = (const refcg_pad_job*)ctx;
+  const refcg_conv2d_params* p = j->p;
+  const uint8_t* in = (const uint8_t*)j->input;
+  for (int64_t r = r0; r < r1; ++r) {
+    uint8_t* row = j->a + r * j->wp * j->cp;
+    const int64_t ih = r - p->pad_top;
+    const int inside = ih >= 0 && ih < p->in_h;
+    for (int32_t x = 0; x < j->wp; ++x) {
+      uint8_t* px = row + (int64_t)x * j->cp;
+      if (!inside || x < p->pad_left || x >= p->pad_left + p->in_w) memset(px, j->pad, j->cin);
+      if (j->cp > j->cin) memset(px + j->cin, 0, j->cp - j->cin);
+    }
+    if (!inside) continue;
+    const uint8_t* src = in + ih * p->in_stride[1];
+    uint8_t* dst = row + (int64_t)p->pad_left * j->cp;
+    if (p->in_stride[3] == 1 && p->in_stride[2] == j->cp) { /* NHWC, no channel padding: one run */
+      const int64_t n = (int64_t)p->in_w * j->cp;
+      for (int64_t i = 0; i < n; ++i) dst[i] = (uint8_t)(src[i] ^ j->flip);
+    } else if (p->in_stride[3] == 1) { /* NHWC: channels contiguous */
+      for (int32_t iw = 0; iw < p->in_w; ++iw)
+        for (int32_t c = 0; c < j->cin; ++c) dst[(int64_t)iw * j->cp + c] = (uint8_t)(src[iw * p->in_stride[2] + c] ^ j->flip);
+    } else { /* NCHW: transpose 8 channels x 8 pixels at a time through a small tile */
+      for (int32_t c0 = 0; c0 < j->cin; c0 += 8) {
+        const int32_t cn = j->cin - c0 < 8 ? j->cin - c0 : 8;
+        for (int32_t w0 = 0; w0 < p->in_w; w0 += 8) {
+          const int32_t wn = p->in_w - w0 < 8 ? p->in_w - w0 : 8;
+          if (cn == 8 && wn == 8 && p->in_stride[2] == 1) {
+            refcg_transpose8x8(src + c0 * p->in_stride[3] + w0, p->in_stride[3], dst + (int64_t)w0 * j->cp + c0, j->cp, j->flip);
+            continue;
+          }
+          uint8_t tile[8][8];
+          for (int32_t c = 0; c < cn; ++c) {
+            const uint8_t* s = src + (c0 + c) * p->in_stride[3] + w0 * p->in_stride[2];
+            for (int32_t w = 0; w < wn; ++w) tile[w][c] = (uint8_t)(s[w * p->in_stride[2]] ^ j->flip);
+          }
+          for (int32_t w = 0; w < wn; ++w) memcpy(dst + (int64_t)(w0 + w) * j->cp + c0, tile[w], cn);
+        }
+      }
+    }
+  }
+}
+
+/* Padded extent needed by the output: rows up to (out-1)*stride + (k-1)*dilation. */
+static inline int32_t refcg_padded_extent(int32_t in, int32_t pad, int32_t out, int32_t stride, int32_t k, int32_t dil) {
+  const int32_t need = (out - 1) * stride + (k - 1) * dil + 1;
+  return need > in + pad ? need : in + pad;
+}
+
+static inline refcg_epi refcg_make_epi(const refcg_requant* rq, int32_t channels, const int32_t* corr, void* out,
+                                       int32_t out_dtype, int64_t o_c) {
+  refcg_epi e = {rq, refcg_rq_vector_ok(rq, channels), corr, out, out_dtype, o_c};
+  return e;
+}
+
+static inline int refcg_fast_usable(const refcg_conv2d_params* p, const refcg_conv2d_fast* f) {
+  if (!f || f->kind == REFCG_FAST_NONE || p->in_dtype == REFCG_S32) return 0;
+  if (p->kernel_h * p->kernel_w > 256) return 0;
+  if (f->kind == REFCG_FAST_DEPTHWISE) return p->groups == p->in_c && p->groups == p->out_c;
+  return p->groups == 1;
+}
+
+REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
+                           const refcg_conv2d_fast* f, const void* input, void* output) {
+  const refcg_isa* isa = refcg_isa_current();
+  /* the scalar variant of conv is the reference itself; dense has no reference layout */
+  const int allow_portable = p->kernel_h == 1 && p->kernel_w == 1 && k->weight == NULL;
+  if ((isa == &refcg_isa_table[REFCG_NUM_ISA - 1] && !allow_portable) || !refcg_fast_usable(p, f))
+    return refcg_conv2d_ref(p, k, input, output);
+  const int32_t hp = refcg_padded_extent(p->in_h, p->pad_top, p->out_h, p->stride_h, p->kernel_h, p->dilation_h);
+  const int32_t wp = refcg_padded_extent(p->in_w, p->pad_left, p->out_w, p->stride_w, p->kernel_w, p->dilation_w);
+  const int32_t cp = f->cp;
+  const int in_signed = p->in_dtype == REFCG_S8;
+  const uint8_t flip = in_signed == isa->signed_domain ? 0 : 0x80;
+  uint8_t* a = (uint8_t*)refcg_ws_alloc((size_t)hp * wp * cp + 64);
+  if (!a) return -2;
+  const int depthwise = f->kind == REFCG_FAST_DEPTHWISE;
+  const int32_t* corr = depthwise ? (isa->signed_domain ? f->dw_corr_s8 : f->dw_corr_u8)
+                                  : (isa->signed_domain ? f->gemm.corr_s8 : f->gemm.corr_u8);
+  const int out_elem = p->out_dtype == REFCG_S32 ? 4 : 1;
+  int64_t seg_off[256];
+  for (int32_t n = 0; n < p->batch; ++n) {
+    const refcg_pad_job pj = {p, (const uint8_t*)input + n * p->in_stride[0], a, hp, wp, cp, p->in_c, flip,
+                              (uint8_t)((p->input_zp & 0xff) ^ flip)};
+    refcg_parallel(refcg_pad_rows, &pj, hp);
+    void* out = (uint8_t*)output + n * p->out_stride[0] * out_elem;
+    const refcg_epi epi = refcg_make_epi(&k->requant, p->out_c, corr, out, p->out_dtype, p->out_stride[3]);
+    if (depthwise) {
+      const refcg_dw_job dj = {a, isa->signed_domain, wp, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
+                               p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, f->dw_w, epi,
+                               p->out_stride[1], p->out_stride[2]};
+      refcg_parallel(isa->dw_rows, &dj, p->out_h);
+      continue;
+    }
+    /* segments: one per kernel row when taps of a row are adjacent, else one per tap */
+    const int rows_contiguous = p->dilation_w == 1;
+    const int32_t nseg = rows_contiguous ? p->kernel_h : p->kernel_h * p->kernel_w;
+    for (int32_t s = 0; s < nseg; ++s) {
+      const int32_t kh = rows_contiguous ? s : s / p->kernel_w, kw = rows_contiguous ? 0 : s % p->kernel_w;
+      seg_off[s] = ((int64_t)kh * p->dilation_h * wp + (int64_t)kw * p->dilation_w) * cp;
+    }
+    const refcg_gemm_job j = {p->out_h * p->out_w, p->out_w, (int64_t)p->stride_h * wp * cp, (int64_t)p->stride_w * cp, a,
+                              nseg, rows_contiguous ? p->kernel_w * cp : cp, seg_off, p->out_c, f->gemm.kp, f->gemm.w,
+                              epi, p->out_stride[1], p->out_stride[2]};
+    const int64_t nblocks = (p->out_c + 15) / 16, ngroups = (nblocks + isa->nv - 1) / isa->nv;
+    refcg_parallel(isa->gemm_tiles, &j, (j.m + isa->mr - 1) / isa->mr * ngroups);
+  }
+  refcg_ws_free(a);
+  return 0;
+}
+
+REFCG_API int refcg_dense(const refcg_dense_params* p, const refcg_gemm_weights* g, const refcg_requant* rq,
+                          const void* input, void* output) {
+  const int32_t m = p->batch, kk = p->in_features, n = p->units;
+  if (m <= 0 || kk <= 0 || n <= 0 || g->kp < kk || g->np < n || p->in_dtype == REFCG_S32) return -1;
+  const int32_t kp = g->kp;
+  /* As a 1x1 conv over an m x 1 image: the reference and the padded copy come for free. */
+  refcg_conv2d_params cp;
+  memset(&cp, 0, sizeof(cp));
+  cp.batch = 1;
+  cp.in_h = cp.out_h = m;
+  cp.in_w = cp.out_w = 1;
+  cp.in_c = kk;
+  cp.out_c = n;
+  cp.kernel_h = cp.kernel_w = cp.stride_h = cp.stride_w = cp.dilation_h = cp.dilation_w = cp.groups = 1;
+  cp.in_dtype = p->in_dtype;
+  cp.w_dtype = REFCG_S8;
+  cp.out_dtype = p->out_dtype;
+  cp.input_zp = p->input_zp;
+  cp.in_stride[1] = cp.in_stride[0] = kk;
+  cp.in_stride[2] = cp.in_stride[3] = 1;
+  cp.out_stride[1] = cp.out_stride[0] = n;
+  cp.out_stride[2] = cp.out_stride[3] = 1;
+  refcg_conv2d_fast f;
+  memset(&f, 0, sizeof(f));
+  f.kind = REFCG_FAST_GEMM;
+  f.cp = kp;
+  f.gemm = *g;
+  refcg_conv2d_consts k = {NULL, NULL, *rq};
+  return refcg_conv2d(&cp, &k, &f, input, output);
+}

@@ -1,0 +1,115 @@
+/*
+ * aarch64 variants: NEON (smull/sadalp, baseline on every aarch64 CPU) and NEON dot
+ * product (sdot, compiled with a target pragma and used only when HWCAP_ASIMDDP is set).
+ * Inputs are in the int8 domain; s8 x s8 products fit int16 exactly (|p| <= 16384), so
+ * smull + sadalp never saturates. Epilogue: the scalar requantize per element.
+ */
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#include <sys/auxv.h>
+#include <asm/hwcap.h>
+
+#define REFCG_HAVE_ARM 1
+
+/* Weights: 16 bytes = 4 channels x 4 k; input: its 4 bytes repeated. */
+REFCG_INLINE int8x16_t refcg_dup4_neon(const uint8_t* p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return vreinterpretq_s8_s32(vdupq_n_s32(v));
+}
+
+/* MR = 2 rows x 16 channels; per channel two pair-sum lanes, folded by vpaddq at the end. */
+REFCG_INLINE void refcg_tile_neon(const refcg_gemm_job* j, int32_t i0, int32_t nb,
+                                                                   const int MR) {
+  const uint8_t* arow[2];
+  const int32_t rows = refcg_tile_rows(j, i0, MR, arow);
+  int32x4_t acc[2][8];
+  for (int r = 0; r < MR; ++r)
+    for (int g = 0; g < 8; ++g) acc[r][g] = vdupq_n_s32(0);
+  const int8_t* wp = j->w + (int64_t)nb * j->kp * 16;
+  for (int32_t s = 0; s < j->nseg; ++s) {
+    const int64_t so = j->seg_off[s];
+    for (int32_t k = 0; k < j->seg_len; k += 4, wp += 64) {
+      int8x16_t w[4];
+      for (int g = 0; g < 4; ++g) w[g] = vld1q_s8(wp + 16 * g);
+      for (int r = 0; r < MR; ++r) {
+        const int8x16_t a = refcg_dup4_neon(arow[r] + so + k);
+        for (int g = 0; g < 4; ++g) {
+          acc[r][2 * g] = vpadalq_s16(acc[r][2 * g], vmull_s8(vget_low_s8(a), vget_low_s8(w[g])));
+          acc[r][2 * g + 1] = vpadalq_s16(acc[r][2 * g + 1], vmull_high_s8(a, w[g]));
+        }
+      }
+    }
+  }
+  const int32_t c0 = nb * 16, nvalid = j->n - c0 < 16 ? j->n - c0 : 16;
+  for (int r = 0; r < rows; ++r) {
+    int32_t t[16];
+    for (int g = 0; g < 4; ++g) vst1q_s32(t + 4 * g, vpaddq_s32(acc[r][2 * g], acc[r][2 * g + 1]));
+    refcg_epi_scalar(&j->epi, t, c0, nvalid, refcg_job_out(j, i0 + r));
+  }
+}
+
+REFCG_DEFINE_TILES(refcg_tiles_neon, refcg_tile_neon, 2)
+
+/* int8 inputs widened to int16, multiply-accumulated into int32 lanes (smlal): exact. */
+REFCG_INLINE void refcg_dw16_neon(const refcg_dw_job* j, const uint8_t* base, int32_t c0, int32_t* acc) {
+  int32x4_t a[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+  for (int32_t kh = 0; kh < j->kh; ++kh) {
+    for (int32_t kw = 0; kw < j->kw; ++kw) {
+      const uint8_t* x = base + ((int64_t)kh * j->dh * j->wp + (int64_t)kw * j->dw) * j->cp + c0;
+      const int16_t* w = j->w + (int64_t)(kh * j->kw + kw) * j->cp + c0;
+      const int8x16_t xv = vld1q_s8((const int8_t*)x);
+      const int16x8_t lo = vmovl_s8(vget_low_s8(xv)), hi = vmovl_high_s8(xv);
+      const int16x8_t w0 = vld1q_s16(w), w1 = vld1q_s16(w + 8);
+      a[0] = vmlal_s16(a[0], vget_low_s16(lo), vget_low_s16(w0));
+      a[1] = vmlal_high_s16(a[1], lo, w0);
+      a[2] = vmlal_s16(a[2], vget_low_s16(hi), vget_low_s16(w1));
+      a[3] = vmlal_high_s16(a[3], hi, w1);
+    }
+  }
+  for (int g = 0; g < 4; ++g) vst1q_s32(acc + 4 * g, a[g]);
+}
+
+static void refcg_dw_neon(const void* ctx, int64_t r0, int64_t r1) {
+  refcg_dw_rows((const refcg_dw_job*)ctx, r0, r1, refcg_dw16_neon, refcg_epi_scalar);
+}
+
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod")
+
+/* MR = 4 rows x 16 channels, one sdot per 4 channels x 4 k. */
+REFCG_INLINE void refcg_tile_dotprod(const refcg_gemm_job* j, int32_t i0, int32_t nb,
+                                                                      const int MR) {
+  const uint8_t* arow[4];
+  const int32_t rows = refcg_tile_rows(j, i0, MR, arow);
+  int32x4_t acc[4][4];
+  for (int r = 0; r < MR; ++r)
+    for (int g = 0; g < 4; ++g) acc[r][g] = vdupq_n_s32(0);
+  const int8_t* wp = j->w + (int64_t)nb * j->kp * 16;
+  for (int32_t s = 0; s < j->nseg; ++s) {
+    const int64_t so = j->seg_off[s];
+    for (int32_t k = 0; k < j->seg_len; k += 4, wp += 64) {
+      int8x16_t w[4];
+      for (int g = 0; g < 4; ++g) w[g] = vld1q_s8(wp + 16 * g);
+      for (int r = 0; r < MR; ++r) {
+        const int8x16_t a = refcg_dup4_neon(arow[r] + so + k);
+        for (int g = 0; g < 4; ++g) acc[r][g] = vdotq_s32(acc[r][g], w[g], a);
+      }
+    }
+  }
+  const int32_t c0 = nb * 16, nvalid = j->n - c0 < 16 ? j->n - c0 : 16;
+  for (int r = 0; r < rows; ++r) {
+    int32_t t[16];
+    for (int g = 0; g < 4; ++g) vst1q_s32(t + 4 * g, acc[r][g]);
+    refcg_epi_scalar(&j->epi, t, c0, nvalid, refcg_job_out(j, i0 + r));
+  }
+}
+
+REFCG_DEFINE_TILES(refcg_tiles_dotprod, refcg_tile_dotprod, 4)
+
+#pragma GCC pop_options
+
+REFCG_INLINE int refcg_cpu_neon(void) { return 1; /* Advanced SIMD is mandatory on aarch64 */ }
+REFCG_INLINE int refcg_cpu_dotprod(void) { return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0; }
+
+#endif /* aarch64 */

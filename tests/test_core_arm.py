@@ -1,0 +1,124 @@
+"""aarch64 variants of the C core (NEON smull/sadalp, NEON sdot): the x86 host computes the
+reference outputs through cffi, writes them with the packed data into a C program, the cross
+compiler builds it with the bundled core (-Wall -Wextra -Werror), and qemu-user runs it under
+each variant, and on a cortex-a53 (no dotprod) where the dispatcher must pick plain NEON."""
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from refcodegen.core_cffi import Conv2D, Core, Dense
+from refcodegen.emit import bundled_core, c_ints
+from refcodegen.numerics import make_requantize
+
+from test_core_kernels import full_range
+
+CROSS = shutil.which("aarch64-linux-gnu-gcc")
+QEMU = shutil.which("qemu-aarch64")
+pytestmark = pytest.mark.skipif(not (CROSS and QEMU), reason="needs aarch64-linux-gnu-gcc and qemu-aarch64")
+
+
+def c_array(ctype: str, name: str, values) -> str:
+    values = np.asarray(values).reshape(-1)
+    return f"static const {ctype} {name}[{max(values.size, 1)}] = {{ {c_ints(values) if values.size else '0'} }};\n"
+
+
+def emit_requant(name: str, rq) -> str:
+    return (c_array("int32_t", f"{name}_m", rq.multipliers) + c_array("int32_t", f"{name}_s", rq.shifts)
+            + f"static const float {name}_f[] = {{ {', '.join(repr(float(v)) + 'f' for v in rq.scales_f32)} }};\n"
+            + f"static const double {name}_d[] = {{ {', '.join(repr(float(v)) for v in rq.scales_f64)} }};\n"
+            + f"static const refcg_requant {name} = {{ {rq.mode}, {int(rq.per_channel)}, {int(rq.identity)}, "
+            f"{rq.input_zp}, {rq.output_zp}, {rq.out_min}, {rq.out_max}, {name}_m, {name}_s, {name}_f, {name}_d }};\n")
+
+
+def emit_conv(i: int, conv: Conv2D, x, rq, bias, want) -> str:
+    f, p = conv.fast_data, conv.p
+    fields = ["batch", "in_h", "in_w", "in_c", "out_h", "out_w", "out_c", "kernel_h", "kernel_w", "stride_h",
+              "stride_w", "dilation_h", "dilation_w", "pad_top", "pad_left", "groups", "in_dtype", "w_dtype",
+              "out_dtype", "input_zp", "kernel_zp"]
+    text = emit_requant(f"rq{i}", rq) + c_array("int8_t", f"w{i}", conv.weight) + c_array("int32_t", f"b{i}", bias)
+    text += c_array("int8_t" if x.dtype == np.int8 else "uint8_t", f"x{i}", x) + c_array("int8_t", f"want{i}", want)
+    text += (f"static const refcg_conv2d_params p{i} = {{ {', '.join(str(getattr(p, k)) for k in fields)}, "
+             f"{{ {', '.join(map(str, p.in_stride))} }}, {{ {', '.join(map(str, p.out_stride))} }} }};\n")
+    if f.gemm is not None:
+        g = f.gemm
+        text += c_array("int8_t", f"gw{i}", g.w) + c_array("int32_t", f"gu{i}", g.corr_u8) + c_array("int32_t", f"gs{i}", g.corr_s8)
+        fast = f"{{ 1, {f.cp}, {{ {g.kp}, {g.np}, gw{i}, gu{i}, gs{i} }}, NULL, NULL, NULL }}"
+    else:
+        text += (c_array("int16_t", f"dw{i}", f.dw_w) + c_array("int32_t", f"du{i}", f.dw_corr_u8)
+                 + c_array("int32_t", f"ds{i}", f.dw_corr_s8))
+        fast = f"{{ 2, {f.cp}, {{ 0, 0, NULL, NULL, NULL }}, dw{i}, du{i}, ds{i} }}"
+    text += f"static const refcg_conv2d_fast f{i} = {fast};\n"
+    text += f"static const refcg_conv2d_consts k{i} = {{ w{i}, b{i}, rq{i} }};\n"
+    return text
+
+
+def emit_dense(i: int, dense: Dense, x, rq, want) -> str:
+    g = dense.packed
+    return (emit_requant(f"drq{i}", rq) + c_array("int8_t", f"dgw{i}", g.w) + c_array("int32_t", f"dgu{i}", g.corr_u8)
+            + c_array("int32_t", f"dgs{i}", g.corr_s8) + c_array("int8_t", f"dx{i}", x) + c_array("int8_t", f"dwant{i}", want)
+            + f"static const refcg_gemm_weights dg{i} = {{ {g.kp}, {g.np}, dgw{i}, dgu{i}, dgs{i} }};\n"
+            + f"static const refcg_dense_params dp{i} = {{ {dense.p.batch}, {dense.p.in_features}, {dense.p.units}, "
+            f"{dense.p.in_dtype}, 0, {dense.p.out_dtype}, {dense.p.input_zp}, 0 }};\n")
+
+
+@pytest.fixture(scope="module")
+def arm_binary(tmp_path_factory):
+    core = Core()
+    rng = np.random.default_rng(7)
+    convs, checks = [], []
+    shapes = [  # layout, in_c, out_c, hw, kernel, stride, pad, groups, in_dtype
+        ("NHWC", 19, 37, (9, 8), (3, 3), (1, 1), (1, 1, 1, 1), 1, "int8"),
+        ("NCHW", 5, 16, (7, 11), (3, 5), (2, 1), (1, 2, 0, 1), 1, "uint8"),
+        ("NHWC", 35, 35, (8, 9), (3, 3), (2, 2), (1, 1, 1, 1), 35, "int8"),
+    ]
+    for i, (layout, cin, cout, (h, w), kernel, stride, pad, groups, dtype) in enumerate(shapes):
+        x_nhwc = full_range(rng, (1, h, w, cin), dtype)
+        x = x_nhwc if layout == "NHWC" else np.ascontiguousarray(x_nhwc.transpose(0, 3, 1, 2))
+        weight = full_range(rng, (cout, *kernel, cin // groups), "int8")
+        bias = rng.integers(-20000, 20000, cout).astype(np.int32)
+        mode = [("UPWARD", "int64"), ("TONEAREST", "float32"), ("UPWARD", "int64-neon")][i]
+        rq = make_requantize(rng.uniform(1e-4, 4e-4, cout).astype("float32"), np.float32(1.0), 0, -3, "int8", *mode)
+        izp = 3 if dtype == "int8" else 120
+        conv = Conv2D(core, in_shape=x.shape, layout=layout, weight_ohwi=weight, strides=stride, padding=pad,
+                      groups=groups, in_dtype=dtype, input_zp=izp, bias=bias, requant=rq)
+        convs.append(emit_conv(i, conv, x, rq, bias, conv.run(x, fast=False)))
+        checks.append(f"  bad += check(\"conv{i}\", refcg_conv2d(&p{i}, &k{i}, &f{i}, x{i}, out), want{i}, sizeof(want{i}));")
+    x = full_range(rng, (5, 300), "int8")
+    weight = full_range(rng, (70, 300), "int8")
+    rq = make_requantize(rng.uniform(1e-4, 2e-4, 70).astype("float32"), np.float32(1.0), 0, 1, "int8", "UPWARD", "float32")
+    dense = Dense(core, weight_nk=weight, batch=5, input_zp=-2, requant=rq)
+    conv = Conv2D(core, in_shape=(1, 5, 1, 300), layout="NHWC", weight_ohwi=weight.reshape(70, 1, 1, 300),
+                  input_zp=-2, requant=rq)
+    convs.append(emit_dense(0, dense, x, rq, conv.run(x.reshape(1, 5, 1, 300), fast=False)))
+    checks.append("  bad += check(\"dense0\", refcg_dense(&dp0, &dg0, &drq0, dx0, out), dwant0, sizeof(dwant0));")
+    program = ("#include <stdio.h>\n#include <stdint.h>\n#include <string.h>\n" + bundled_core() + "\n"
+               + "".join(convs) + """
+static int8_t out[1 << 16];
+static int check(const char* what, int status, const int8_t* want, size_t n) {
+  if (status != 0 || memcmp(out, want, n) != 0) { printf("MISMATCH %s\\n", what); return 1; }
+  return 0;
+}
+int main(void) {
+  int bad = 0;
+""" + "\n".join(checks) + """
+  printf("isa=%s bad=%d\\n", refcg_isa_name(), bad);
+  return bad;
+}
+""")
+    work = tmp_path_factory.mktemp("arm")
+    (work / "core_arm.c").write_text(program)
+    exe = work / "core_arm"
+    subprocess.run([CROSS, "-O2", "-static", "-Wall", "-Wextra", "-Werror",
+                    str(work / "core_arm.c"), "-o", str(exe)], check=True, capture_output=True)
+    return exe
+
+
+@pytest.mark.parametrize("cpu,isa,expect", [("max", "", "dotprod"), ("max", "neon", "neon"),
+                                            ("max", "scalar", "scalar"), ("cortex-a53", "", "neon")])
+def test_arm_variants_bit_exact(arm_binary, cpu, isa, expect):
+    env = dict(os.environ, QEMU_CPU=cpu, REFCG_ISA=isa)
+    result = subprocess.run([QEMU, str(arm_binary)], env=env, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == f"isa={expect} bad=0", result.stdout + result.stderr

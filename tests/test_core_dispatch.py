@@ -1,0 +1,95 @@
+"""The dispatching kernels inside exported models: every variant this host runs (chosen by
+REFCG_ISA at run time, in one loaded library), TVM's thread pool, and warning-free generated C."""
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+
+from conftest import TARGET_LLVM, build_and_load, random_int, run
+from models import module, qconv_block
+from refcodegen import partition_for_refcg
+from refcodegen.core_cffi import Core
+
+
+def network(rng):
+    """NCHW conv (GEMM path, transposed copy) -> depthwise -> 1x1, full-range int8 weights."""
+    x = relay.var("x", shape=(1, 13, 15, 14), dtype="int8")
+    y = qconv_block(x, rng, in_c=13, out_c=24, per_channel=True, clip=(-100, 127), input_zp=-3, output_zp=2)
+    y = qconv_block(y, rng, in_c=24, out_c=24, groups=24, strides=(2, 2), input_scale=0.1, input_zp=2)
+    y = qconv_block(y, rng, in_c=24, out_c=35, kernel=(1, 1), padding=(0, 0), input_scale=0.1)
+    return module([x], y), {"x": random_int(rng, (1, 13, 15, 14), "int8")}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    rng = np.random.default_rng(11)
+    mod, inputs = network(rng)
+    tmp = tmp_path_factory.mktemp("dispatch")
+    reference = run(build_and_load(mod, TARGET_LLVM, tmp, "tvm_only"), inputs)[0]
+    partitioned = partition_for_refcg(mod)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partitioned, target=TARGET_LLVM)
+    path = str(tmp / "refcg.so")
+    lib.export_library(path)
+    sources = [m.get_source() for m in lib.get_lib().imported_modules if m.type_key == "c"]
+    return path, inputs, reference, sources
+
+
+def test_every_variant_bit_exact_in_exported_model(built):
+    path, inputs, reference, _ = built
+    graph = tvm.contrib.graph_executor.GraphModule(tvm.runtime.load_module(path)["default"](tvm.cpu()))
+    saved = os.environ.get("REFCG_ISA")
+    try:
+        for isa in Core().variants():
+            os.environ["REFCG_ISA"] = isa
+            assert np.array_equal(run(graph, inputs)[0], reference), isa
+    finally:
+        os.environ.pop("REFCG_ISA", None) if saved is None else os.environ.__setitem__("REFCG_ISA", saved)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_thread_pool_results_identical(built, threads, tmp_path):
+    """A fresh process per TVM_NUM_THREADS (the pool size is fixed at its first use)."""
+    path, inputs, reference, _ = built
+    np.save(tmp_path / "x.npy", inputs["x"])
+    script = (
+        "import sys, numpy as np, tvm\nfrom tvm.contrib import graph_executor\n"
+        f"g = graph_executor.GraphModule(tvm.runtime.load_module({path!r})['default'](tvm.cpu()))\n"
+        f"g.set_input('x', np.load({str(tmp_path / 'x.npy')!r})); g.run()\n"
+        f"np.save({str(tmp_path / 'y.npy')!r}, g.get_output(0).numpy())\n"
+    )
+    env = dict(os.environ, TVM_NUM_THREADS=threads)
+    subprocess.run([os.sys.executable, "-c", script], env=env, check=True, timeout=120)
+    assert np.array_equal(np.load(tmp_path / "y.npy"), reference)
+
+
+@pytest.mark.parametrize("language", ["c++", "c"])
+def test_generated_c_compiles_warning_free(built, tmp_path, language):
+    _, _, _, sources = built
+    assert sources and all("refcg_conv2d(&" in s for s in sources)
+    includes = []
+    for path in tvm._ffi.libinfo.find_include_path():
+        includes += ["-I", path]
+    for i, source in enumerate(sources):
+        src = tmp_path / f"gen{i}.c"
+        src.write_text(source)
+        subprocess.run(["g++" if language == "c++" else "gcc", "-x", language, "-Wall", "-Wextra", "-Werror",
+                        "-c", "-o", str(tmp_path / f"gen{i}.o"), *includes, str(src)], check=True, capture_output=True)
+
+
+def test_reference_only_conv_compiles_and_matches(tmp_path):
+    """A grouped conv (no accelerated layout) emits REFCG_FAST_NONE and runs the reference."""
+    from conftest import compare_with_tvm
+
+    rng = np.random.default_rng(12)
+    x = relay.var("x", shape=(1, 8, 9, 9), dtype="int8")
+    y = qconv_block(x, rng, in_c=8, out_c=12, groups=2, input_zp=1)
+    partitioned = compare_with_tvm(module([x], y), {"x": random_int(rng, (1, 8, 9, 9), "int8")}, tmp_path)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partitioned, target=TARGET_LLVM)
+    source = next(m.get_source() for m in lib.get_lib().imported_modules if m.type_key == "c")
+    assert re.search(r"refcg_conv2d_fast \w+_fast = \{\s*REFCG_FAST_NONE,", source)
