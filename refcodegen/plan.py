@@ -16,7 +16,7 @@ from . import checks
 from .errors import RefcgError
 from .numerics import (DTYPE_RANGE, Requantize, make_requantize, no_requantize, resolve_mode,
                        tvm_uses_neon_q31x4)
-from .packing import ConvFast, pack_conv2d_fast, pack_conv2d_weight
+from .packing import ConvFast, pack_conv2d_fast, pack_conv2d_weight, pack_gemm_weights
 
 DTYPE_CODE = {"int8": "REFCG_S8", "uint8": "REFCG_U8", "int32": "REFCG_S32"}
 
@@ -64,6 +64,7 @@ class Kernel:
     weight: np.ndarray | None = None
     bias: np.ndarray | None = None
     requant: Requantize | None = None
+    fast: object | None = None  # packed data of an accelerated kernel (None: reference only)
 
 
 @dataclass
@@ -97,11 +98,9 @@ def plan_conv2d(name: str, body: relay.Expr, src: Buffer, dst: Buffer, target) -
     conv, req, bias, clip = parts["conv"], parts["requantize"], parts["bias"], parts["clip"]
     attrs = conv.attrs
     data, weight, in_zp, k_zp, _, _ = conv.args
-    if not isinstance(weight, relay.Constant):
-        raise RefcgError("qnn.conv2d", "weight", "did not fold to a constant in the scoped fold")
     in_dims = _layout_dims(src.shape, attrs.data_layout)
     out_dims = _layout_dims(dst.shape, attrs.data_layout)
-    w = weight.data.numpy()
+    w = _constant(weight, "qnn.conv2d", "weight")
     packed = pack_conv2d_weight(w, attrs.kernel_layout)
     pad_top, pad_left = _padding(attrs.padding)
     params = {
@@ -120,19 +119,10 @@ def plan_conv2d(name: str, body: relay.Expr, src: Buffer, dst: Buffer, target) -
     }
     bias_value = None
     if bias is not None:
-        if not isinstance(bias.args[1], relay.Constant):
-            raise RefcgError("qnn.conv2d", "bias", "did not fold to a constant in the scoped fold")
-        bias_value = bias.args[1].data.numpy().reshape(-1).astype("int32")
-    _, rq_in_scale, rq_in_zp, rq_out_scale, rq_out_zp = req.args
+        bias_value = _constant(bias.args[1], "qnn.conv2d", "bias").reshape(-1).astype("int32")
     neon = tvm_uses_neon_q31x4(target, "conv2d", channels=out_dims["C"], layout=attrs.data_layout,
                                groups=int(attrs.groups))
-    rounding, compute = resolve_mode(req.attrs.rounding, req.attrs.compute_dtype, target, neon)
-    clip_range = (float(clip.attrs.a_min), float(clip.attrs.a_max)) if clip is not None else None
-    requant = make_requantize(
-        checks.const_value(rq_in_scale), checks.const_value(rq_out_scale),
-        int(checks.const_value(rq_in_zp).reshape(-1)[0]), int(checks.const_value(rq_out_zp)),
-        req.attrs.out_dtype, rounding, compute, clip_range,
-    )
+    requant = _requantize_step(req, clip, target, neon)
     fast = pack_conv2d_fast(packed, params, checks.dtype_of(data), bias_value)
     return Conv2D(name, src, dst, params, packed, bias_value, requant, fast=fast)
 
@@ -184,7 +174,8 @@ def plan_dense(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer,
         bias_value = _constant(bias.args[1], "qnn.dense", "bias").reshape(-1).astype("int32")
     neon = tvm_uses_neon_q31x4(target, "dense", channels=dst.shape[1])
     requant = _requantize_step(req, parts["clip"], target, neon) if req is not None else no_requantize()
-    return Kernel(name, srcs, dst, params, "dense.c.j2", weight=w, bias=bias_value, requant=requant)
+    fast = pack_gemm_weights(w, params["kernel_zp"], params["input_zp"], srcs[0].dtype, bias_value)
+    return Kernel(name, srcs, dst, params, "dense.c.j2", weight=w, bias=bias_value, requant=requant, fast=fast)
 
 
 def _operands(func: relay.Function, srcs: list[Buffer], exprs) -> list[Buffer]:
