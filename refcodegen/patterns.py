@@ -146,6 +146,10 @@ KERNEL_FAMILIES = [
 ]
 
 
+def _as_list(patterns) -> list:
+    return patterns if isinstance(patterns, list) else [patterns]
+
+
 @register_pattern_table(COMPILER)
 def pattern_table():
     # A list gives MergeComposite smaller fallbacks: it does not retry a shorter match at the same ops
@@ -153,5 +157,5 @@ def pattern_table():
     return [
         (f"{COMPILER}.{name}", pattern, _checked(check, anchor))
         for name, build, check, anchor in KERNEL_FAMILIES
-        for pattern in (build() if isinstance(build(), list) else [build()])
+        for pattern in _as_list(build())
     ]
