@@ -38,9 +38,9 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python tools/bench.py
 
-# Random QNN chains against TVM-only, 50 per build (tools/fuzz.py; e.g. FUZZ_ARGS="--cases 2000 --seed 3");
+# Random QNN chains against TVM-only, 20 per build (tools/fuzz.py; e.g. FUZZ_ARGS="--cases 2000 --seed 3");
 # fuzz-large: codegen/export time and peak memory for a ResNet-50-sized weight set (~1 min).
-FUZZ_ARGS ?= --cases 10000 --batch 50
+FUZZ_ARGS ?= --cases 10000 --batch 20
 fuzz: $(STAMP)
 	$(BIN)/python tools/fuzz.py $(FUZZ_ARGS)
 

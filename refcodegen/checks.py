@@ -13,9 +13,13 @@ import tvm
 from tvm import relay
 
 from .numerics import DTYPE_RANGE
+from .softmax import overflow_reason, x0_of
+from .packing import pack_conv2d_weight
 
 QUANT_DTYPES = ("int8", "uint8")
-CONV_LAYOUTS = {("NCHW", "OIHW"), ("NHWC", "HWIO")}
+CONV_LAYOUTS = {("NCHW", "OIHW"), ("NHWC", "HWIO"), ("NHWC", "HWOI")}
+# int16: TVM 0.19 computes it in int16 (wrapping) or in int32 then narrows; both equal int32 wrapped
+CONV_OUT_DTYPES = ("int32", "int16")
 
 
 def op_name(expr) -> str | None:
@@ -39,9 +43,14 @@ def epilogue_parts(root: relay.Call) -> dict:
 
 
 def conv2d_parts(root: relay.Call) -> dict:
-    """Split a matched conv chain (clip? <- requantize <- bias? <- qnn.conv2d) into its calls."""
+    """Split a matched conv chain (clip? <- requantize? <- bias? <- qnn.conv2d <- nn.pad?) into its calls.
+
+    ``pad`` is the conv's input when that is an ``nn.pad`` (inside a composite: the fused one).
+    """
     parts = epilogue_parts(root)
     parts["conv"] = parts.pop("anchor")
+    data = parts["conv"].args[0]
+    parts["pad"] = data if op_name(data) == "nn.pad" else None
     return parts
 
 
@@ -167,8 +176,10 @@ def check_conv2d(root) -> str | None:
         return f"input rank {len(in_shape)} is not 4"
     if dtype_of(data) not in QUANT_DTYPES or dtype_of(weight) not in QUANT_DTYPES:
         return f"dtypes {dtype_of(data)}/{dtype_of(weight)} are not int8/uint8"
-    if attrs.out_dtype != "int32":
-        return f"conv out_dtype {attrs.out_dtype} is not int32"
+    if attrs.out_dtype not in CONV_OUT_DTYPES:
+        return f"conv out_dtype {attrs.out_dtype} is not int32 or int16"
+    if attrs.out_dtype != "int32" and (req is not None or parts["bias"] is not None):
+        return f"bias or requantize after a conv with out_dtype {attrs.out_dtype}"
     if not is_constant_subgraph(weight):
         return "weight is not constant"
     if min(in_shape) <= 0:
@@ -187,23 +198,52 @@ def check_conv2d(root) -> str | None:
         if reason:
             return reason
     axis = channel_axis(attrs.data_layout)
-    channels = out_shape[axis]
+    channels, groups = out_shape[axis], int(attrs.groups)
+    depthwise = groups > 1 and groups == in_shape[axis] == w_shape[attrs.kernel_layout.index("O")]
+    if attrs.kernel_layout == "HWOI" and not depthwise:
+        return "kernel layout HWOI is only supported for depthwise (groups == input channels)"
     if parts["bias"] is not None:
         reason = check_bias(parts["bias"], channels, axis, 4)
         if reason:
             return reason
-    o_axis = attrs.kernel_layout.index("O")
-    reason = check_accumulator("qnn.conv2d", data, in_zp, weight, k_zp, math.prod(w_shape) // w_shape[o_axis], o_axis,
-                               parts["bias"])
+    w = const_value(weight)
+    ohwi = None if w is None else pack_conv2d_weight(w, attrs.kernel_layout, groups, in_shape[axis])
+    reason = check_accumulator("qnn.conv2d", data, in_zp, weight, k_zp, math.prod(w_shape) // channels, 0,
+                               parts["bias"], values=ohwi)
     if reason:
         return reason
     if req is None:
-        return "no qnn.requantize after the conv"
+        return None  # the int32 (or int16) accumulator is the output
     reason = check_requantize(req, channels, axis, 4)
     if reason:
         return reason
     if parts["clip"] is not None:
         return check_clip(parts["clip"], req.attrs.out_dtype)
+    return None
+
+
+def check_padded_conv2d(root) -> str | None:
+    """``nn.pad`` + a conv chain that ``check_conv2d`` accepts: the pad folds into the conv's padding
+    when it pads only H and W, by non-negative widths, with the input zero point (which qnn.conv2d
+    pads with too). nn.pad casts its pad value to the data dtype: equal to an in-range zero point,
+    that cast is exact."""
+    parts = conv2d_parts(root)
+    pad, conv = parts["pad"], parts["conv"]
+    reason = check_conv2d(root)
+    if reason:
+        return reason
+    if pad.attrs.pad_mode != "constant":
+        return f"pad_mode {pad.attrs.pad_mode} is not constant"
+    layout = conv.attrs.data_layout
+    for axis, (before, after) in zip(layout, pad.attrs.pad_width):
+        before, after = int(before), int(after)
+        if axis in "NC" and (before or after):
+            return f"pad on the {axis} axis"
+        if before < 0 or after < 0:
+            return f"negative pad width ({before}, {after}) on the {axis} axis"
+    value, zero_point = const_value(pad.args[1]), int(const_value(conv.args[2]).reshape(-1)[0])
+    if value.size != 1 or not np.isfinite(value).all() or value.reshape(-1)[0] != zero_point:
+        return f"pad value {value.reshape(-1).tolist()} differs from the input zero point {zero_point}"
     return None
 
 
@@ -243,16 +283,18 @@ def check_elements(shape, what: str) -> str | None:
     return f"{what} has {count} elements, more than int32 indexing allows" if count > INT32_MAX else None
 
 
-def check_accumulator(op: str, data, in_zp, weight, k_zp, reduction: int, out_axis: int, bias=None) -> str | None:
+def check_accumulator(op: str, data, in_zp, weight, k_zp, reduction: int, out_axis: int, bias=None,
+                      values: np.ndarray | None = None) -> str | None:
     """The int32 accumulator must not wrap: reject when the worst case of sum (x - zx)(w - zw) (+ bias) can.
 
     With constant weights the bound is exact per output channel (max |x - zx| times sum |w - zw|);
-    weights not folded yet (e.g. qnn.quantize(const)) get the dtype-range bound.
+    weights not folded yet (e.g. qnn.quantize(const)) get the dtype-range bound. ``values``: the
+    constant weights rearranged so that ``out_axis`` indexes output channels (default: ``weight``'s).
     """
     lo, hi = DTYPE_RANGE[dtype_of(data)]
     zx, zw = int(const_value(in_zp).reshape(-1)[0]), int(const_value(k_zp).reshape(-1)[0])
     max_x = max(abs(lo - zx), abs(hi - zx))
-    w = const_value(weight)
+    w = const_value(weight) if values is None else values
     if w is None:
         w_lo, w_hi = DTYPE_RANGE[dtype_of(weight)]
         bound = reduction * max_x * max(abs(w_lo - zw), abs(w_hi - zw))
@@ -418,3 +460,92 @@ def check_quantize(call) -> str | None:
         reason = check_tensor(data, "dequantize input") or check_tensor(call, "dequantize output", dtypes=("float32",))
         quant_dtype = dtype_of(data)
     return reason or check_qparams(scale, zero_point, quant_dtype, op_name(call)[4:])
+
+
+# qnn unary ops TVM 0.19 canonicalizes to a function of each 8-bit value (a lookup table)
+LUT_QNN_OPS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish", "qnn.leaky_relu")
+
+
+def lut_parts(root) -> dict:
+    """A matched unary chain: ``qnn.<op>(x, qparams)`` or ``qnn.quantize(f(qnn.dequantize(x)))``.
+
+    ``op`` is the call the report names, ``input`` the 8-bit tensor, ``calls`` every call of
+    the chain and ``qparams`` its (scale, zero point, quantized dtype) triples.
+    """
+    if op_name(root) in LUT_QNN_OPS:
+        data, in_scale, in_zp, out_scale, out_zp = root.args
+        dtype = dtype_of(data)
+        return {"op": root, "input": data, "calls": [root],
+                "qparams": [(in_scale, in_zp, dtype, "input"), (out_scale, out_zp, dtype, "output")]}
+    calls, dequantize = [], None
+
+    def walk(expr):
+        nonlocal dequantize
+        if op_name(expr) == "qnn.dequantize":
+            dequantize = expr
+        elif isinstance(expr, relay.Call) and expr not in calls:
+            calls.append(expr)
+            for arg in expr.args:
+                walk(arg)
+
+    walk(root.args[0])
+    data = dequantize.args[0]
+    return {"op": root.args[0], "input": data, "calls": [root, dequantize, *calls],
+            "qparams": [(dequantize.args[1], dequantize.args[2], dtype_of(data), "dequantize"),
+                        (root.args[1], root.args[2], dtype_of(root), "quantize")]}
+
+
+def check_lut(root, cannot_run=None) -> str | None:
+    """An elementwise function of one int8/uint8 tensor with scalar qparams and constants.
+
+    ``cannot_run``: why the table cannot be computed for the partition's target (lut.cannot_compute).
+    """
+    parts = lut_parts(root)
+    data = parts["input"]
+    reason = first_reason(check_tensor(data, "input"), check_tensor(root, "output"))
+    if reason:
+        return reason
+    if static_shape(data) != static_shape(root):
+        return f"output shape {static_shape(root)} differs from input shape {static_shape(data)}"
+    for scale, zero_point, dtype, what in parts["qparams"]:
+        reason = check_qparams(scale, zero_point, dtype, what)
+        if reason:
+            return reason
+    for call in parts["calls"]:
+        for arg in call.args:
+            value = const_value(arg)
+            if value is not None and value.size != 1:
+                return f"{op_name(call)} has a constant of shape {value.shape}, not a scalar"
+    return cannot_run
+
+
+def check_softmax(call) -> str | None:
+    """qnn.softmax (int8) as TVM's integer algorithm computes it without leaving int32."""
+    data, scale, zero_point, out_scale, out_zp = call.args
+    reason = first_reason(
+        check_tensor(data, "softmax input", dtypes=("int8",)),
+        check_qparams(scale, zero_point, "int8", "input"),
+        check_qparams(out_scale, out_zp, "int8", "output"),
+    )
+    if reason:
+        return reason
+    shape = static_shape(data)
+    return overflow_reason(x0_of(float(const_value(scale).reshape(-1)[0])), shape[int(call.attrs.axis) % len(shape)])
+
+
+def check_float_softmax(root) -> str | None:
+    """qnn.dequantize -> nn.softmax (last axis) -> qnn.quantize, per-tensor qparams."""
+    softmax = root.args[0]
+    dequantize = softmax.args[0]
+    data = dequantize.args[0]
+    reason = first_reason(
+        check_tensor(data, "softmax input"), check_tensor(root, "softmax output"),
+        check_qparams(dequantize.args[1], dequantize.args[2], dtype_of(data), "dequantize"),
+        check_qparams(root.args[1], root.args[2], dtype_of(root), "quantize"),
+    )
+    if reason:
+        return reason
+    rank = len(static_shape(data))
+    if int(softmax.attrs.axis) % rank != rank - 1:
+        return f"float softmax over axis {int(softmax.attrs.axis)}, not the last one (TVM schedules it differently)"
+    return None

@@ -45,6 +45,20 @@ int refcg_conv2d(const refcg_conv2d_params*, const refcg_conv2d_consts*, const r
                  const void*, void*);
 int refcg_dense(const refcg_dense_params*, const refcg_gemm_weights*, const refcg_requant*, const void*, void*);
 int32_t refcg_requantize_one(const refcg_requant*, int32_t, int32_t);
+typedef struct {
+  int32_t op, ndim; int64_t shape[6]; int64_t a_stride[6]; int64_t b_stride[6];
+  int32_t a_dtype, b_dtype, out_dtype, a_zp, b_zp, out_zp, out_min, out_max;
+  refcg_requant rq_a, rq_b;
+} refcg_binary_params;
+int refcg_binary_ref(const refcg_binary_params*, const void*, const void*, void*);
+int refcg_binary(const refcg_binary_params*, const void*, const void*, void*);
+typedef struct {
+  int32_t batch, in_h, in_w, channels, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w;
+  int32_t pad_top, pad_left, pad_bottom, pad_right, is_avg, count_include_pad, in_dtype, out_dtype;
+  int64_t in_stride[4]; int64_t out_stride[4];
+} refcg_pool2d_params;
+int refcg_pool2d_ref(const refcg_pool2d_params*, const void*, void*);
+int refcg_pool2d(const refcg_pool2d_params*, const void*, void*);
 const char* refcg_isa_name(void);
 int refcg_isa_supported(const char*);
 """

@@ -5,13 +5,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# kernel_layout -> axes permutation giving [out_channel][kh][kw][in_channel/groups]
-_TO_OHWI = {"OIHW": (0, 2, 3, 1), "HWIO": (3, 0, 1, 2), "OHWI": (0, 1, 2, 3)}
+
+def conv2d_weight_oihw(weight: np.ndarray, kernel_layout: str, groups: int, in_c: int) -> np.ndarray:
+    """Weights as ``[out_c][in_c/groups][KH][KW]`` from any O/I/H/W ``kernel_layout``.
+
+    nn.conv2d's type relation (TVM 0.19 Conv2DRel) reads a kernel whose O axis equals
+    ``groups == in_c`` as depthwise ``[in_c][multiplier][KH][KW]`` (TFLite's HWOI), output
+    channel ``c * multiplier + m``: the same order as ``[in_c * multiplier][1]``.
+    """
+    oihw = weight.transpose([kernel_layout.index(axis) for axis in "OIHW"])
+    if groups > 1 and oihw.shape[0] == groups == in_c:
+        oihw = oihw.reshape(-1, 1, *oihw.shape[2:])
+    return oihw
 
 
-def pack_conv2d_weight(weight: np.ndarray, kernel_layout: str) -> np.ndarray:
+def pack_conv2d_weight(weight: np.ndarray, kernel_layout: str, groups: int, in_c: int) -> np.ndarray:
     """Weights as ``[O][KH][KW][I/groups]``, contiguous: one output channel's taps in a row."""
-    return np.ascontiguousarray(weight.transpose(_TO_OHWI[kernel_layout]))
+    return np.ascontiguousarray(conv2d_weight_oihw(weight, kernel_layout, groups, in_c).transpose(0, 2, 3, 1))
 
 
 # ---- accelerated kernels (runtime/refcg_fast.h) -------------------------------------------
@@ -100,7 +110,8 @@ def pack_conv2d_fast(ohwi: np.ndarray, params: dict, in_dtype: str, bias: np.nda
 
     groups == 1: implicit GEMM, each tap's channels padded to a multiple of 4 (the padded input
     copy has the same channel count, so k = (kh, kw, c) walks both alike). Depthwise (groups ==
-    in_c == out_c): w' as int16 [tap][channel rounded up to 16]. Anything else: None.
+    in_c, out_c = in_c * multiplier): w' as int16 [tap][out channel rounded up to 16]; the NCHW
+    plane kernels run multipliers, the NHWC path only multiplier 1. Anything else: None.
     """
     folded = _folded(ohwi, params["kernel_zp"])
     if folded is None or not _fast_inputs_ok(params["input_zp"], in_dtype):
@@ -113,7 +124,7 @@ def pack_conv2d_fast(ohwi: np.ndarray, params: dict, in_dtype: str, bias: np.nda
         taps[..., :cin_g] = folded
         gemm = _block_gemm(taps.reshape(out_c, -1), bias, params["input_zp"], in_dtype)
         return ConvFast("REFCG_FAST_GEMM", cp, gemm=gemm)
-    if groups == params["in_c"] == out_c and cin_g == 1:
+    if groups == params["in_c"] and cin_g == 1:  # channel multiplier out_c / in_c
         cp = _round_up(out_c, 16)
         dw = np.zeros((kh * kw, cp), np.int16)
         dw[:, :out_c] = folded.reshape(out_c, kh * kw).T

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tvm.relay.dataflow_pattern import is_constant, is_op, is_tuple, wildcard
 from tvm.relay.op.contrib.register import register_pattern_table
 
-from . import checks
+from . import checks, lut, softmax
 
 COMPILER = "refcg"
 
@@ -36,16 +36,14 @@ def constant_subgraph(depth: int = 3):
     return pattern
 
 
-def conv2d_patterns():
-    """With a clip, then without: MergeComposite does not retry a smaller match at the same ops."""
-    conv = is_op("qnn.conv2d")(
-        wildcard(), constant_subgraph(), is_constant(), is_constant(), is_constant(), is_constant()
-    )
-    biased = conv.optional(
-        lambda x: is_op("nn.bias_add")(x, constant_subgraph()) | is_op("add")(x, constant_subgraph())
-    )
-    requantized = is_op("qnn.requantize")(biased, is_constant(), is_constant(), is_constant(), is_constant())
-    return [is_op("clip")(requantized), requantized]
+def conv2d_patterns(padded: bool = False):
+    """With a clip, then without, then the accumulator kept (no requantize): MergeComposite does
+    not retry a smaller match at the same ops. ``padded``: an ``nn.pad`` in front, fused."""
+    data = is_op("nn.pad")(wildcard(), is_constant()) if padded else wildcard()
+    conv = is_op("qnn.conv2d")(data, constant_subgraph(), *constants(4))
+    biased = conv.optional(bias_of)
+    requantized = requantize_of(biased)
+    return [is_op("clip")(requantized), requantized, biased]
 
 
 def constants(n: int) -> list:
@@ -93,6 +91,37 @@ def requantize_pattern():
     return requantize_of(wildcard()).optional(lambda x: is_op("clip")(x))
 
 
+def dequantized():
+    return is_op("qnn.dequantize")(wildcard(), *constants(2))
+
+
+def hardswish_of(x):
+    """x * relu6(x + 3) / 6 in the forms the TFLite, PyTorch and ONNX frontends emit."""
+    def scaled(e):
+        return e | is_op("multiply")(e, is_constant()) | is_op("divide")(e, is_constant())
+
+    gate = scaled(is_op("clip")(is_op("add")(scaled(x), is_constant())))
+    return scaled(is_op("multiply")(x, gate) | is_op("multiply")(gate, x))
+
+
+def lut_patterns():
+    """Unary ops computed through a 256-entry table (refcodegen/lut.py)."""
+    qnn_ops = [is_op(name)(wildcard(), *constants(4)) for name in checks.LUT_QNN_OPS]
+    x = dequantized()
+    float_op = is_op("sigmoid")(x) | is_op("tanh")(x) | is_op("nn.leaky_relu")(x) | hardswish_of(x)
+    return [*qnn_ops, is_op("qnn.quantize")(float_op, *constants(2))]
+
+
+def _check_lut(expr):
+    """check_lut, told whether the table can be computed for the target given to partition_for_refcg."""
+    anchor = checks.op_name(checks.lut_parts(expr)["op"])
+    return checks.check_lut(expr, lut.cannot_compute(anchor, lut.partition_target()))
+
+
+def float_softmax_pattern():
+    return is_op("qnn.quantize")(is_op("nn.softmax")(dequantized()), *constants(2))
+
+
 class Rejections:
     """Reasons the checks gave during the last partitioning, keyed by anchor op and output type."""
 
@@ -124,13 +153,19 @@ def _checked(check, anchor_of):
     return predicate
 
 
-def _conv2d_members(expr):
-    return [call for call in checks.conv2d_parts(expr).values() if call is not None]
+def _conv2d_members(expr, padded: bool = False):
+    parts = checks.conv2d_parts(expr)
+    if not padded:
+        parts.pop("pad")
+    return [call for call in parts.values() if call is not None]
 
 
 # name, pattern builder (one pattern or a list, most specific first), check returning a reason,
 # function returning the op(s) a rejected match covers (the report shows the reason on them)
 KERNEL_FAMILIES = [
+    # a pad in front first: when its check rejects it, the plain conv still matches and the pad stays
+    ("conv2d", lambda: conv2d_patterns(padded=True), checks.check_padded_conv2d,
+     lambda e: _conv2d_members(e, padded=True)),
     ("conv2d", conv2d_patterns, checks.check_conv2d, _conv2d_members),
     ("dense", dense_pattern, checks.check_dense, lambda e: checks.epilogue_parts(e)["anchor"]),
     ("binary", binary_pattern, checks.check_binary, lambda e: checks.binary_parts(e)["op"]),
@@ -139,6 +174,13 @@ KERNEL_FAMILIES = [
         ("concatenate", lambda n=n: concatenate_pattern(n), checks.check_concatenate, lambda e: e)
         for n in range(2, 9)
     ],
+    # before quantize: these end in a qnn.quantize that would otherwise run alone
+    ("lut", lut_patterns, _check_lut, lambda e: checks.lut_parts(e)["op"]),
+    ("softmax", lambda: is_op("qnn.softmax")(wildcard(), *constants(4)),
+     lambda e: checks.check_softmax(e) or softmax.x86_target_reason(lut.partition_target()), lambda e: e),
+    ("float_softmax", float_softmax_pattern,
+     lambda e: checks.check_float_softmax(e) or softmax.x86_target_reason(lut.partition_target()),
+     lambda e: e.args[0]),
     ("quantize", lambda: is_op("qnn.quantize")(wildcard(), *constants(2)), checks.check_quantize, lambda e: e),
     ("quantize", lambda: is_op("qnn.dequantize")(wildcard(), *constants(2)), checks.check_quantize, lambda e: e),
     # last: a requantize after a conv or dense belongs to that kernel's epilogue

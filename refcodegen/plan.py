@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from tvm import relay
 
-from . import checks
+from . import checks, lut, softmax
 from .errors import RefcgError
 from .numerics import (DTYPE_RANGE, Requantize, make_requantize, no_requantize, resolve_mode,
                        tvm_uses_neon_q31x4)
 from .packing import ConvFast, pack_conv2d_fast, pack_conv2d_weight, pack_gemm_weights
 
-DTYPE_CODE = {"int8": "REFCG_S8", "uint8": "REFCG_U8", "int32": "REFCG_S32"}
+DTYPE_CODE = {"int8": "REFCG_S8", "uint8": "REFCG_U8", "int16": "REFCG_S16", "int32": "REFCG_S32"}
 
 
 @dataclass
@@ -93,6 +93,14 @@ def _padding(pad) -> tuple[int, int]:
     return (pad[0], pad[0]) if len(pad) == 1 else (pad[0], pad[1])
 
 
+def _fused_pad(pad, layout: str) -> tuple[int, int]:
+    """(top, left) widths of an ``nn.pad`` fused in front of the conv (check_padded_conv2d)."""
+    if pad is None:
+        return 0, 0
+    widths = [int(before) for before, _ in pad.attrs.pad_width]
+    return widths[layout.index("H")], widths[layout.index("W")]
+
+
 def plan_conv2d(name: str, body: relay.Expr, src: Buffer, dst: Buffer, target) -> Conv2D:
     parts = checks.conv2d_parts(body)
     conv, req, bias, clip = parts["conv"], parts["requantize"], parts["bias"], parts["clip"]
@@ -101,8 +109,11 @@ def plan_conv2d(name: str, body: relay.Expr, src: Buffer, dst: Buffer, target) -
     in_dims = _layout_dims(src.shape, attrs.data_layout)
     out_dims = _layout_dims(dst.shape, attrs.data_layout)
     w = _constant(weight, "qnn.conv2d", "weight")
-    packed = pack_conv2d_weight(w, attrs.kernel_layout)
+    packed = pack_conv2d_weight(w, attrs.kernel_layout, int(attrs.groups), in_dims["C"])
+    # the fused pad and the conv's own padding both pad with the input zero point: they add up
     pad_top, pad_left = _padding(attrs.padding)
+    fused_top, fused_left = _fused_pad(parts["pad"], attrs.data_layout)
+    pad_top, pad_left = pad_top + fused_top, pad_left + fused_left
     params = {
         "batch": in_dims["N"], "in_h": in_dims["H"], "in_w": in_dims["W"], "in_c": in_dims["C"],
         "out_h": out_dims["H"], "out_w": out_dims["W"], "out_c": out_dims["C"],
@@ -122,8 +133,9 @@ def plan_conv2d(name: str, body: relay.Expr, src: Buffer, dst: Buffer, target) -
         bias_value = _constant(bias.args[1], "qnn.conv2d", "bias").reshape(-1).astype("int32")
     neon = tvm_uses_neon_q31x4(target, "conv2d", channels=out_dims["C"], layout=attrs.data_layout,
                                groups=int(attrs.groups))
-    requant = _requantize_step(req, clip, target, neon)
-    fast = pack_conv2d_fast(packed, params, checks.dtype_of(data), bias_value)
+    requant = _requantize_step(req, clip, target, neon) if req is not None else no_requantize()
+    # int16: the C core's fast epilogues store int8/uint8/int32 only; the reference narrows by wrapping
+    fast = pack_conv2d_fast(packed, params, checks.dtype_of(data), bias_value) if dst.dtype != "int16" else None
     return Conv2D(name, src, dst, params, packed, bias_value, requant, fast=fast)
 
 
@@ -300,7 +312,58 @@ def plan_quantize(name: str, func: relay.Function, srcs: list[Buffer], dst: Buff
     return Kernel(name, srcs, dst, params, "quantize.c.j2")
 
 
+def plan_lut(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    """A unary op as the 256-entry table TVM-only computes for it under this build (lut.py)."""
+    ops = []
+    relay.analysis.post_order_visit(func.body, lambda e: ops.append(checks.op_name(e)) if checks.op_name(e) else None)
+    params = {"size": int(np.prod(dst.shape, dtype=np.int64)), "ops": " -> ".join(ops)}
+    return Kernel(name, srcs, dst, params, "lut.c.j2", weight=lut.lookup_table(func, target))
+
+
+def _check_softmax_build(target, op: str):
+    reason = softmax.x86_target_reason(target)
+    if reason:
+        raise RefcgError(op, "target", reason + "; pass target= to partition_for_refcg to keep it in TVM")
+
+
+def plan_softmax(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    """qnn.softmax: TVM's integer algorithm (softmax.py), ending in a requantize from scale 1/128."""
+    _check_softmax_build(target, "qnn.softmax")
+    call = func.body
+    _, scale, zero_point, out_scale, out_zp = call.args
+    shape = srcs[0].shape
+    axis = int(call.attrs.axis) % len(shape)
+    rounding, compute = resolve_mode("None", "None", target)  # its Requantize carries no attrs
+    rq = make_requantize(np.float32(1.0 / 128), checks.const_value(out_scale), 0, int(_scalar(out_zp)), "int8",
+                         rounding, compute)
+    params = {
+        "outer": int(np.prod(shape[:axis], dtype=np.int64)), "axis": shape[axis],
+        "inner": int(np.prod(shape[axis + 1:], dtype=np.int64)),
+        "input_zp": int(_scalar(zero_point)), "x0": softmax.x0_of(float(_scalar(scale))), "rq": rq,
+    }
+    return Kernel(name, srcs, dst, params, "softmax.c.j2")
+
+
+def plan_float_softmax(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    """qnn.dequantize -> nn.softmax (last axis) -> qnn.quantize in float32, as TVM's x86 code."""
+    _check_softmax_build(target, "nn.softmax")
+    if softmax.fast_math_reason():
+        raise RefcgError("nn.softmax", "PassContext", softmax.fast_math_reason() + "; build at opt_level 3")
+    quantize = func.body
+    dequantize = quantize.args[0].args[0]
+    params = {
+        "rows": int(np.prod(dst.shape[:-1], dtype=np.int64)), "axis": dst.shape[-1],
+        "in_dtype": DTYPE_CODE[srcs[0].dtype], "out_dtype": DTYPE_CODE[dst.dtype],
+        "input_zp": int(_scalar(dequantize.args[2])), "output_zp": int(_scalar(quantize.args[2])),
+        "input_scale": float(_scalar(dequantize.args[1])), "output_scale": float(_scalar(quantize.args[1])),
+    }
+    return Kernel(name, srcs, dst, params, "softmax.c.j2")
+
+
 PLANNERS = {
+    "refcg.lut": plan_lut,
+    "refcg.float_softmax": plan_float_softmax,
+    "refcg.softmax": plan_softmax,
     "refcg.conv2d": lambda name, func, srcs, dst, target: plan_conv2d(name, func.body, srcs[0], dst, target),
     "refcg.dense": plan_dense,
     "refcg.binary": plan_binary,
@@ -369,6 +432,7 @@ def build_plan(func: relay.Function, symbol: str, target) -> KernelPlan:
     if len(output_of) != len(outputs):
         raise RefcgError(symbol, "output", "the same value is returned twice")
     readers = _consumers(body_fields)
+    lut.prepare(func, target)  # one TVM build computes every lookup table of the partition
     scratch = _ScratchPool(plan)
 
     def visit(expr) -> Buffer:

@@ -14,7 +14,7 @@ from .partition import REJECTIONS_ATTR, refcg_functions
 
 # Why a supported op matched no pattern at all (checks only see matches).
 UNMATCHED = {
-    "qnn.conv2d": "no refcg pattern matches: needs constant weights and qparams, then qnn.requantize",
+    "qnn.conv2d": "no refcg pattern matches: needs constant weights and qparams",
     "qnn.dense": "no refcg pattern matches: needs constant weights and qparams",
 }
 

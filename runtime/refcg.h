@@ -20,13 +20,14 @@ extern "C" {
 #endif
 
 /* Element types of quantized tensors (values of refcg_dtype). */
-enum { REFCG_S8 = 0, REFCG_U8 = 1, REFCG_S32 = 2 };
+enum { REFCG_S8 = 0, REFCG_U8 = 1, REFCG_S32 = 2, REFCG_S16 = 3 };
 
 /* Element access by refcg dtype, shared by every scalar reference kernel. */
 static inline int32_t refcg_load(const void* base, int64_t i, int32_t dtype) {
   switch (dtype) {
     case REFCG_S8: return ((const int8_t*)base)[i];
     case REFCG_U8: return ((const uint8_t*)base)[i];
+    case REFCG_S16: return ((const int16_t*)base)[i];
     default: return ((const int32_t*)base)[i];
   }
 }
@@ -35,6 +36,7 @@ static inline void refcg_store(void* base, int64_t i, int32_t dtype, int32_t v) 
   switch (dtype) {
     case REFCG_S8: ((int8_t*)base)[i] = (int8_t)v; break;
     case REFCG_U8: ((uint8_t*)base)[i] = (uint8_t)v; break;
+    case REFCG_S16: ((int16_t*)base)[i] = (int16_t)v; break; /* wraps, as TVM's int16 accumulators */
     default: ((int32_t*)base)[i] = v; break;
   }
 }
@@ -171,6 +173,33 @@ typedef struct {
 } refcg_pool2d_params;
 
 REFCG_API int refcg_pool2d_ref(const refcg_pool2d_params* p, const void* input, void* output);
+
+/* Table-driven unary ops on 8-bit tensors: out[i] = table[bit pattern of in[i]] (refcodegen/lut.py). */
+typedef struct {
+  int64_t size;
+} refcg_lut_params;
+
+REFCG_API int refcg_lut_ref(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output);
+
+/* qnn.softmax (int8 in and out) over the middle axis of a tensor viewed as [outer][axis][inner];
+ * x0 = round(1 / input_scale) as TVM computes it, rq requantizes from scale 1/128. */
+typedef struct {
+  int64_t outer, axis, inner;
+  int32_t input_zp, x0;
+  refcg_requant rq;
+} refcg_softmax_params;
+
+REFCG_API int refcg_softmax_ref(const refcg_softmax_params* p, const void* input, void* output);
+
+/* qnn.dequantize -> nn.softmax over the last axis -> qnn.quantize, 8-bit in and out, in float32. */
+typedef struct {
+  int64_t rows, axis;
+  int32_t in_dtype, out_dtype;
+  int32_t input_zp, output_zp;
+  float input_scale, output_scale;
+} refcg_float_softmax_params;
+
+REFCG_API int refcg_float_softmax_ref(const refcg_float_softmax_params* p, const void* input, void* output);
 
 #ifdef __cplusplus
 }

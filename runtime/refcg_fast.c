@@ -14,6 +14,10 @@ typedef struct {
   int32_t mr, nv;        /* rows and 16-channel blocks per GEMM tile */
   refcg_range_fn gemm_tiles;
   refcg_range_fn dw_rows;
+  refcg_range_fn dw_planes; /* depthwise on planar layouts (NULL: dw_rows on the NHWC copy) */
+  int32_t dw_qmax;          /* taps per 32-bit lane of dw_planes: 4 bytes, or 2 int16 (AVX2 vpmaddwd) */
+  refcg_range_fn bin_rows;  /* qnn.add/subtract/mul rows (NULL: the reference) */
+  refcg_range_fn pool_planes; /* max/avg pool on planar layouts (NULL: the reference) */
 } refcg_isa;
 
 static inline int refcg_cpu_any(void) { return 1; }
@@ -42,15 +46,18 @@ static void refcg_dw_portable(const void* ctx, int64_t r0, int64_t r1) {
 
 static const refcg_isa refcg_isa_table[] = {
 #if defined(REFCG_HAVE_X86)
-    {"avx512vnni", refcg_cpu_avx512vnni, 0, REFCG_X512_MR, REFCG_X512_NV, refcg_tiles_avx512vnni, refcg_dw_avx512},
-    {"avxvnni", refcg_cpu_avxvnni, 0, 6, 1, refcg_tiles_avxvnni, refcg_dw_avx2},
-    {"avx2", refcg_cpu_avx2, 0, 2, 1, refcg_tiles_avx2, refcg_dw_avx2},
+    {"avx512vnni", refcg_cpu_avx512vnni, 0, REFCG_X512_MR, REFCG_X512_NV, refcg_tiles_avx512vnni, refcg_dw_avx512,
+     refcg_dwp_avx512, 4, refcg_bin_avx512, refcg_pool_avx512},
+    {"avxvnni", refcg_cpu_avxvnni, 0, 6, 1, refcg_tiles_avxvnni, refcg_dw_avx2, refcg_dwp_avxvnni, 4, refcg_bin_avx2,
+     refcg_pool_avx2},
+    {"avx2", refcg_cpu_avx2, 0, 2, 1, refcg_tiles_avx2, refcg_dw_avx2, refcg_dwp_avx2, 2, refcg_bin_avx2, refcg_pool_avx2},
 #endif
 #if defined(REFCG_HAVE_ARM)
-    {"dotprod", refcg_cpu_dotprod, 1, 4, 1, refcg_tiles_dotprod, refcg_dw_neon},
-    {"neon", refcg_cpu_neon, 1, 2, 1, refcg_tiles_neon, refcg_dw_neon},
+    {"dotprod", refcg_cpu_dotprod, 1, 4, 1, refcg_tiles_dotprod, refcg_dw_neon, refcg_dwp_dotprod, 4, NULL,
+     refcg_pool_neon},
+    {"neon", refcg_cpu_neon, 1, 2, 1, refcg_tiles_neon, refcg_dw_neon, refcg_dwp_neon, 4, NULL, refcg_pool_neon},
 #endif
-    {"scalar", refcg_cpu_any, 0, 1, 1, refcg_tiles_portable, refcg_dw_portable},
+    {"scalar", refcg_cpu_any, 0, 1, 1, refcg_tiles_portable, refcg_dw_portable, NULL, 0, NULL, NULL},
 };
 enum { REFCG_NUM_ISA = sizeof(refcg_isa_table) / sizeof(refcg_isa_table[0]) };
 
@@ -119,42 +126,76 @@ static void refcg_pad_rows(const void* ctx, int64_t r0, int64_t r1) {
   const refcg_pad_job* j = (const refcg_pad_job*)ctx;
   const refcg_conv2d_params* p = j->p;
   const uint8_t* in = (const uint8_t*)j->input;
+  /* locals: the byte stores below may alias any field read through j or p, which would make
+   * the compiler reload every field per byte and forbid vectorizing the copies */
+  const int64_t cp = j->cp, cin = j->cin, in_w = p->in_w, s2 = p->in_stride[2], s3 = p->in_stride[3];
+  const int32_t wp = j->wp, pad_left = p->pad_left;
+  const uint8_t flip = j->flip, pad = j->pad;
   for (int64_t r = r0; r < r1; ++r) {
-    uint8_t* row = j->a + r * j->wp * j->cp;
+    uint8_t* row = j->a + r * wp * cp;
     const int64_t ih = r - p->pad_top;
     const int inside = ih >= 0 && ih < p->in_h;
-    for (int32_t x = 0; x < j->wp; ++x) {
-      uint8_t* px = row + (int64_t)x * j->cp;
-      if (!inside || x < p->pad_left || x >= p->pad_left + p->in_w) memset(px, j->pad, j->cin);
-      if (j->cp > j->cin) memset(px + j->cin, 0, j->cp - j->cin);
+    for (int32_t x = 0; x < wp; ++x) {
+      uint8_t* px = row + (int64_t)x * cp;
+      if (!inside || x < pad_left || x >= pad_left + in_w) memset(px, pad, cin);
+      if (cp > cin) memset(px + cin, 0, cp - cin);
     }
     if (!inside) continue;
     const uint8_t* src = in + ih * p->in_stride[1];
-    uint8_t* dst = row + (int64_t)p->pad_left * j->cp;
-    if (p->in_stride[3] == 1 && p->in_stride[2] == j->cp) { /* NHWC, no channel padding: one run */
-      const int64_t n = (int64_t)p->in_w * j->cp;
-      for (int64_t i = 0; i < n; ++i) dst[i] = (uint8_t)(src[i] ^ j->flip);
-    } else if (p->in_stride[3] == 1) { /* NHWC: channels contiguous */
-      for (int32_t iw = 0; iw < p->in_w; ++iw)
-        for (int32_t c = 0; c < j->cin; ++c) dst[(int64_t)iw * j->cp + c] = (uint8_t)(src[iw * p->in_stride[2] + c] ^ j->flip);
+    uint8_t* dst = row + (int64_t)pad_left * cp;
+    if (s3 == 1 && (s2 == cp || in_w == 1)) { /* NHWC, no channel padding (or one pixel): one run */
+      const int64_t n = in_w == 1 ? cin : in_w * cp;
+      for (int64_t i = 0; i < n; ++i) dst[i] = (uint8_t)(src[i] ^ flip);
+    } else if (s3 == 1) { /* NHWC: channels contiguous */
+      for (int64_t iw = 0; iw < in_w; ++iw) {
+        uint8_t* d = dst + iw * cp;
+        const uint8_t* sp = src + iw * s2;
+        for (int64_t c = 0; c < cin; ++c) d[c] = (uint8_t)(sp[c] ^ flip);
+      }
     } else { /* NCHW: transpose 8 channels x 8 pixels at a time through a small tile */
-      for (int32_t c0 = 0; c0 < j->cin; c0 += 8) {
-        const int32_t cn = j->cin - c0 < 8 ? j->cin - c0 : 8;
-        for (int32_t w0 = 0; w0 < p->in_w; w0 += 8) {
-          const int32_t wn = p->in_w - w0 < 8 ? p->in_w - w0 : 8;
-          if (cn == 8 && wn == 8 && p->in_stride[2] == 1) {
-            refcg_transpose8x8(src + c0 * p->in_stride[3] + w0, p->in_stride[3], dst + (int64_t)w0 * j->cp + c0, j->cp, j->flip);
+      for (int64_t c0 = 0; c0 < cin; c0 += 8) {
+        const int64_t cn = cin - c0 < 8 ? cin - c0 : 8;
+        for (int64_t w0 = 0; w0 < in_w; w0 += 8) {
+          const int64_t wn = in_w - w0 < 8 ? in_w - w0 : 8;
+          if (cn == 8 && wn == 8 && s2 == 1) {
+            refcg_transpose8x8(src + c0 * s3 + w0, s3, dst + w0 * cp + c0, cp, flip);
             continue;
           }
           uint8_t tile[8][8];
-          for (int32_t c = 0; c < cn; ++c) {
-            const uint8_t* s = src + (c0 + c) * p->in_stride[3] + w0 * p->in_stride[2];
-            for (int32_t w = 0; w < wn; ++w) tile[w][c] = (uint8_t)(s[w * p->in_stride[2]] ^ j->flip);
+          for (int64_t c = 0; c < cn; ++c) {
+            const uint8_t* sp = src + (c0 + c) * s3 + w0 * s2;
+            for (int64_t w = 0; w < wn; ++w) tile[w][c] = (uint8_t)(sp[w * s2] ^ flip);
           }
-          for (int32_t w = 0; w < wn; ++w) memcpy(dst + (int64_t)(w0 + w) * j->cp + c0, tile[w], cn);
+          for (int64_t w = 0; w < wn; ++w) memcpy(dst + (w0 + w) * cp + c0, tile[w], cn);
         }
       }
     }
+  }
+}
+
+/* Channel-major (NCHW) byte outputs: the tiles store pixel-major rows into a workspace and these
+ * 8x8 transposes write them out, instead of one scattered byte store per channel and pixel. */
+typedef struct {
+  const uint8_t* src; /* [out_h][out_w][c] */
+  uint8_t* dst;
+  int64_t w, c, dst_h, dst_c; /* dst strides of a row and a channel; pixels are contiguous */
+} refcg_unpack_job;
+
+static void refcg_unpack_rows(const void* ctx, int64_t r0, int64_t r1) {
+  const refcg_unpack_job* j = (const refcg_unpack_job*)ctx;
+  const int64_t w = j->w, c = j->c, dh = j->dst_h, dc = j->dst_c;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* src = j->src + r * w * c;
+    uint8_t* dst = j->dst + r * dh;
+    for (int64_t c0 = 0; c0 < c; c0 += 8)
+      for (int64_t w0 = 0; w0 < w; w0 += 8) {
+        if (c - c0 >= 8 && w - w0 >= 8) {
+          refcg_transpose8x8(src + w0 * c + c0, c, dst + c0 * dc + w0, dc, 0);
+          continue;
+        }
+        for (int64_t ci = c0; ci < c && ci < c0 + 8; ++ci)
+          for (int64_t wi = w0; wi < w && wi < w0 + 8; ++wi) dst[ci * dc + wi] = src[wi * c + ci];
+      }
   }
 }
 
@@ -173,8 +214,58 @@ static inline refcg_epi refcg_make_epi(const refcg_requant* rq, int32_t channels
 static inline int refcg_fast_usable(const refcg_conv2d_params* p, const refcg_conv2d_fast* f) {
   if (!f || f->kind == REFCG_FAST_NONE || p->in_dtype == REFCG_S32) return 0;
   if (p->kernel_h * p->kernel_w > 256) return 0;
-  if (f->kind == REFCG_FAST_DEPTHWISE) return p->groups == p->in_c && p->groups == p->out_c;
+  if (f->kind == REFCG_FAST_DEPTHWISE) return p->groups == p->in_c && p->out_c % p->in_c == 0; /* multiplier */
   return p->groups == 1;
+}
+
+/* The plane kernels read pixel j's taps q from its 16-byte window (3 * sw + (q - 1) * dw <= 15);
+ * returns the taps per lane, 0 when the layout, stride or buffers do not fit. */
+static inline int32_t refcg_dwp_taps(const refcg_isa* isa, const refcg_conv2d_params* p, const refcg_conv2d_fast* f) {
+  if (!isa->dw_planes || f->kind != REFCG_FAST_DEPTHWISE || p->in_stride[2] != 1 || p->out_stride[2] != 1) return 0;
+  if (p->stride_w > 4) return 0;
+  int32_t q = isa->dw_qmax < p->kernel_w ? isa->dw_qmax : p->kernel_w;
+  while (q > 1 && 3 * p->stride_w + (q - 1) * p->dilation_w > 15) --q;
+  return q;
+}
+
+/* Depthwise through the plane kernels, threads over input channels. Returns 1 when the shape
+ * does not fit the stack buffers (the caller then takes the NHWC path). */
+static int refcg_dw_planes(const refcg_isa* isa, int32_t q, const refcg_conv2d_params* p,
+                           const refcg_conv2d_consts* k, const refcg_conv2d_fast* f, const void* input, void* output) {
+  refcg_dwp_job j;
+  memset(&j, 0, sizeof(j));
+  j.p = p;
+  j.q = q;
+  j.g = (p->kernel_w + q - 1) / q;
+  j.owp = (p->out_w + 15) / 16 * 16;
+  const int32_t wp = refcg_padded_extent(p->in_w, p->pad_left, p->out_w, p->stride_w, p->kernel_w, p->dilation_w);
+  const int64_t reach = (int64_t)(j.owp - 16) * p->stride_w + (int64_t)(j.g - 1) * q * p->dilation_w + 64;
+  const int64_t pitch = reach > wp ? reach : wp, row_bytes = (int64_t)j.g * j.owp * 4;
+  const int64_t span = (int64_t)(p->kernel_h - 1) * p->dilation_h + 1; /* padded rows of one output row */
+  if (pitch > REFCG_DWP_ROW || span * row_bytes > REFCG_DWP_EXPANDED) return 1;
+  j.pitch = (int32_t)pitch;
+  j.strip = (int32_t)((REFCG_DWP_EXPANDED / row_bytes - span) / p->stride_h + 1);
+  for (int l = 0; l < 16; ++l) j.ix[l] = (l / 4) * p->stride_w + l % 4;
+  for (int b = 0; b < 64; ++b) { /* pixel j of a 16-byte lane; taps as bytes, or int16 with zero high bytes */
+    const int32_t pix = b % 16 / 4, tap = isa->dw_qmax == 4 ? b % 4 : b % 4 / 2;
+    const int low = isa->dw_qmax == 4 || b % 2 == 0;
+    j.ctl[b] = low && tap < q ? (uint8_t)(pix * p->stride_w + tap * p->dilation_w) : 0x80;
+  }
+  j.flip = (p->in_dtype == REFCG_S8) == isa->signed_domain ? 0 : 0x80;
+  j.pad = (uint8_t)((p->input_zp & 0xff) ^ j.flip);
+  j.mult = p->out_c / p->in_c;
+  j.w = f->dw_w;
+  j.cp = f->cp;
+  j.o_h = p->out_stride[1];
+  const int32_t* corr = isa->signed_domain ? f->dw_corr_s8 : f->dw_corr_u8;
+  const int out_elem = p->out_dtype == REFCG_S32 ? 4 : 1;
+  for (int32_t n = 0; n < p->batch; ++n) {
+    j.input = (const uint8_t*)input + n * p->in_stride[0];
+    j.epi = refcg_make_epi(&k->requant, p->out_c, corr, (uint8_t*)output + n * p->out_stride[0] * out_elem,
+                           p->out_dtype, p->out_stride[3]);
+    refcg_parallel(isa->dw_planes, &j, p->in_c);
+  }
+  return 0;
 }
 
 REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
@@ -184,6 +275,9 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
   const int allow_portable = p->kernel_h == 1 && p->kernel_w == 1 && k->weight == NULL;
   if ((isa == &refcg_isa_table[REFCG_NUM_ISA - 1] && !allow_portable) || !refcg_fast_usable(p, f))
     return refcg_conv2d_ref(p, k, input, output);
+  const int32_t q = refcg_dwp_taps(isa, p, f);
+  if (q > 0 && refcg_dw_planes(isa, q, p, k, f, input, output) == 0) return 0;
+  if (f->kind == REFCG_FAST_DEPTHWISE && p->out_c != p->in_c) return refcg_conv2d_ref(p, k, input, output);
   const int32_t hp = refcg_padded_extent(p->in_h, p->pad_top, p->out_h, p->stride_h, p->kernel_h, p->dilation_h);
   const int32_t wp = refcg_padded_extent(p->in_w, p->pad_left, p->out_w, p->stride_w, p->kernel_w, p->dilation_w);
   const int32_t cp = f->cp;
@@ -195,13 +289,20 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
   const int32_t* corr = depthwise ? (isa->signed_domain ? f->dw_corr_s8 : f->dw_corr_u8)
                                   : (isa->signed_domain ? f->gemm.corr_s8 : f->gemm.corr_u8);
   const int out_elem = p->out_dtype == REFCG_S32 ? 4 : 1;
+  const int unpack = !depthwise && out_elem == 1 && p->out_stride[3] != 1 && p->out_stride[2] == 1;
+  uint8_t* rows = unpack ? (uint8_t*)refcg_ws_alloc((size_t)p->out_h * p->out_w * p->out_c + 64) : NULL;
+  if (unpack && !rows) {
+    refcg_ws_free(a);
+    return -2;
+  }
   int64_t seg_off[256];
   for (int32_t n = 0; n < p->batch; ++n) {
     const refcg_pad_job pj = {p, (const uint8_t*)input + n * p->in_stride[0], a, hp, wp, cp, p->in_c, flip,
                               (uint8_t)((p->input_zp & 0xff) ^ flip)};
     refcg_parallel(refcg_pad_rows, &pj, hp);
     void* out = (uint8_t*)output + n * p->out_stride[0] * out_elem;
-    const refcg_epi epi = refcg_make_epi(&k->requant, p->out_c, corr, out, p->out_dtype, p->out_stride[3]);
+    const refcg_epi epi = refcg_make_epi(&k->requant, p->out_c, corr, unpack ? (void*)rows : out, p->out_dtype,
+                                         unpack ? 1 : p->out_stride[3]);
     if (depthwise) {
       const refcg_dw_job dj = {a, isa->signed_domain, wp, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
                                p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, f->dw_w, epi,
@@ -218,10 +319,16 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
     }
     const refcg_gemm_job j = {p->out_h * p->out_w, p->out_w, (int64_t)p->stride_h * wp * cp, (int64_t)p->stride_w * cp, a,
                               nseg, rows_contiguous ? p->kernel_w * cp : cp, seg_off, p->out_c, f->gemm.kp, f->gemm.w,
-                              epi, p->out_stride[1], p->out_stride[2]};
+                              epi, unpack ? (int64_t)p->out_w * p->out_c : p->out_stride[1],
+                              unpack ? p->out_c : p->out_stride[2]};
     const int64_t nblocks = (p->out_c + 15) / 16, ngroups = (nblocks + isa->nv - 1) / isa->nv;
     refcg_parallel(isa->gemm_tiles, &j, (j.m + isa->mr - 1) / isa->mr * ngroups);
+    if (unpack) {
+      const refcg_unpack_job uj = {rows, (uint8_t*)out, p->out_w, p->out_c, p->out_stride[1], p->out_stride[3]};
+      refcg_parallel(refcg_unpack_rows, &uj, p->out_h);
+    }
   }
+  if (rows) refcg_ws_free(rows);
   refcg_ws_free(a);
   return 0;
 }
@@ -255,4 +362,47 @@ REFCG_API int refcg_dense(const refcg_dense_params* p, const refcg_gemm_weights*
   f.gemm = *g;
   refcg_conv2d_consts k = {NULL, NULL, *rq};
   return refcg_conv2d(&cp, &k, &f, input, output);
+}
+
+static inline int refcg_is_8bit(int32_t dtype) { return dtype == REFCG_S8 || dtype == REFCG_U8; }
+
+REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const void* b, void* out) {
+  const refcg_isa* isa = refcg_isa_current();
+  if (!isa->bin_rows || p->ndim < 1 || p->ndim > REFCG_MAX_DIMS) return refcg_binary_ref(p, a, b, out);
+  refcg_bin_job j;
+  memset(&j, 0, sizeof(j));
+  const int64_t rows = refcg_bin_merge(p, &j);
+  const int64_t sa = j.as[j.ndim - 1], sb = j.bs[j.ndim - 1];
+  const int vector = refcg_is_8bit(p->a_dtype) && refcg_is_8bit(p->b_dtype) && refcg_is_8bit(p->out_dtype) &&
+                     (sa == 0 || sa == 1) && (sb == 0 || sb == 1) && refcg_rq_vector_ok(&p->rq_a, 1) &&
+                     (p->op == REFCG_BIN_MUL || refcg_rq_vector_ok(&p->rq_b, 1));
+  if (!vector) return refcg_binary_ref(p, a, b, out);
+  j.p = p;
+  j.a = (const uint8_t*)a;
+  j.b = (const uint8_t*)b;
+  j.out = (uint8_t*)out;
+  refcg_parallel(isa->bin_rows, &j, refcg_bin_chunks(&j, rows));
+  return 0;
+}
+
+REFCG_API int refcg_pool2d(const refcg_pool2d_params* p, const void* input, void* output) {
+  const refcg_isa* isa = refcg_isa_current();
+  if (!isa->pool_planes || p->stride_h <= 0 || p->stride_w <= 0 || p->dilation_h <= 0 || p->dilation_w <= 0)
+    return refcg_pool2d_ref(p, input, output);
+  const int32_t phase_w = p->out_w + (p->kernel_w - 1) * p->dilation_w / p->stride_w + 1;
+  const int64_t reach = (int64_t)p->stride_w * phase_w, pitch = reach > p->pad_left + p->in_w ? reach : p->pad_left + p->in_w;
+  const int out_ok = p->out_dtype == p->in_dtype || (p->is_avg && p->out_dtype == REFCG_S32);
+  if (!refcg_is_8bit(p->in_dtype) || !out_ok || p->in_stride[2] != 1 || p->out_stride[2] != 1 ||
+      p->out_w > REFCG_POOL_MAX_W || pitch > REFCG_DWP_ROW || (int64_t)p->kernel_h * p->kernel_w > 65536)
+    return refcg_pool2d_ref(p, input, output);
+  refcg_pool_job j;
+  j.p = p;
+  j.in = (const uint8_t*)input;
+  j.out = output;
+  j.pitch = (int32_t)pitch;
+  j.phase_w = phase_w;
+  j.flip = p->in_dtype == REFCG_S8 ? 0x80 : 0;
+  j.pad = p->is_avg ? j.flip : 0; /* avg: the value 0; max: the dtype minimum */
+  refcg_parallel(isa->pool_planes, &j, (int64_t)p->batch * p->channels);
+  return 0;
 }

@@ -52,6 +52,14 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
 REFCG_API int refcg_dense(const refcg_dense_params* p, const refcg_gemm_weights* g,
                           const refcg_requant* rq, const void* input, void* output);
 
+/* qnn.add / subtract / mul (refcg_binary_params of refcg.h) through the best variant: 8-bit
+ * operands, vector requantize modes, innermost strides 0 or 1; otherwise refcg_binary_ref. */
+REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const void* b, void* out);
+
+/* nn.max_pool2d / avg pools (refcg_pool2d_params of refcg.h) through the best variant on planar
+ * (NCHW) 8-bit inputs; otherwise refcg_pool2d_ref. */
+REFCG_API int refcg_pool2d(const refcg_pool2d_params* p, const void* input, void* output);
+
 /* Name of the variant the dispatcher uses ("avx512vnni", "avxvnni", "avx2", "dotprod",
  * "neon", "scalar"): the best the CPU supports, or REFCG_ISA when set and supported. */
 REFCG_API const char* refcg_isa_name(void);

@@ -74,6 +74,69 @@ static void refcg_dw_neon(const void* ctx, int64_t r0, int64_t r1) {
   refcg_dw_rows((const refcg_dw_job*)ctx, r0, r1, refcg_dw16_neon, refcg_epi_scalar);
 }
 
+/* ---- depthwise on channel planes (refcg_dwp_channels): vqtbl1q gathers the Q taps of 4 pixels
+ * (bytes j * sw + q * dw of a 16-byte window) into their 32-bit lanes; the product of a lane with
+ * its Q weights is sdot, or smull + sadalp on plain NEON (pair sums in lo and hi). ---- */
+typedef struct {
+  int32x4_t lo, hi;
+} refcg_dwacc_neon;
+typedef void (*refcg_dwp_mac_neon_fn)(refcg_dwacc_neon* a, int8x16_t x, int8x16_t w);
+typedef int32x4_t (*refcg_dwp_sum_neon_fn)(const refcg_dwacc_neon* a);
+
+REFCG_INLINE void refcg_dwp_expand_neon(const refcg_dwp_job* j, const uint8_t* row, int32_t* e) {
+  const uint8x16_t ctl = vld1q_u8(j->ctl);
+  const int32_t sw = j->p->stride_w, qdw = j->q * j->p->dilation_w, owp = j->owp;
+  for (int32_t i = 0; i < j->g; ++i, row += qdw, e += owp)
+    for (int32_t ow = 0; ow < owp; ow += 4) vst1q_u8((uint8_t*)(e + ow), vqtbl1q_u8(vld1q_u8(row + ow * sw), ctl));
+}
+
+REFCG_INLINE void refcg_dwp_mac_neon(refcg_dwacc_neon* a, int8x16_t x, int8x16_t w) {
+  a->lo = vpadalq_s16(a->lo, vmull_s8(vget_low_s8(x), vget_low_s8(w)));
+  a->hi = vpadalq_s16(a->hi, vmull_high_s8(x, w));
+}
+
+REFCG_INLINE int32x4_t refcg_dwp_sum_neon(const refcg_dwacc_neon* a) { return vpaddq_s32(a->lo, a->hi); }
+
+/* Output rows [oh0, oh1), 16 pixels per step in 4 independent accumulators; scalar epilogue. */
+REFCG_INLINE void refcg_dwp_rows_neon(const refcg_dwp_job* j, const int32_t* e, const int32_t* words, int32_t oc,
+                                      int32_t oh0, int32_t oh1, refcg_dwp_mac_neon_fn mac, refcg_dwp_sum_neon_fn sum) {
+  const refcg_conv2d_params* p = j->p;
+  const refcg_epi ep = j->epi;
+  const int32_t kh = p->kernel_h, g = j->g, owp = j->owp, out_w = p->out_w;
+  const int64_t lanes = (int64_t)g * owp, row_step = lanes * p->dilation_h;
+  const int32x4_t corr = vdupq_n_s32(ep.corr[oc]);
+  for (int32_t oh = oh0; oh < oh1; ++oh) {
+    const int64_t off = oc * ep.o_c + oh * j->o_h;
+    for (int32_t ow = 0; ow < out_w; ow += 16) {
+      refcg_dwacc_neon acc[4];
+      for (int b = 0; b < 4; ++b) acc[b].lo = acc[b].hi = vdupq_n_s32(0);
+      const int32_t* er = e + (int64_t)(oh - oh0) * p->stride_h * lanes + ow;
+      for (int32_t k = 0; k < kh; ++k, er += row_step)
+        for (int32_t i = 0; i < g; ++i) {
+          const int8x16_t w = vreinterpretq_s8_s32(vdupq_n_s32(words[k * g + i]));
+          for (int b = 0; b < 4; ++b) mac(&acc[b], vld1q_s8((const int8_t*)(er + i * owp + 4 * b)), w);
+        }
+      int32_t t[16];
+      for (int b = 0; b < 4; ++b) vst1q_s32(t + 4 * b, vaddq_s32(sum(&acc[b]), corr));
+      const int32_t n = out_w - ow < 16 ? out_w - ow : 16;
+      for (int32_t l = 0; l < n; ++l) refcg_store(ep.out, off + ow + l, ep.out_dtype, refcg_requantize_one(ep.rq, t[l], oc));
+    }
+  }
+}
+
+REFCG_INLINE void refcg_dwp_strip_neon(const refcg_dwp_job* j, const int32_t* e, const int32_t* words, int32_t oc,
+                                       int32_t oh0, int32_t oh1) {
+  refcg_dwp_rows_neon(j, e, words, oc, oh0, oh1, refcg_dwp_mac_neon, refcg_dwp_sum_neon);
+}
+
+static void refcg_dwp_neon(const void* ctx, int64_t c0, int64_t c1) {
+  refcg_dwp_channels((const refcg_dwp_job*)ctx, c0, c1, 8, refcg_dwp_expand_neon, refcg_dwp_strip_neon);
+}
+
+static void refcg_pool_neon(const void* ctx, int64_t q0, int64_t q1) {
+  refcg_pool_planes((const refcg_pool_job*)ctx, q0, q1); /* GCC vectorizes it with NEON */
+}
+
 #pragma GCC push_options
 #pragma GCC target("arch=armv8.2-a+dotprod")
 
@@ -106,6 +169,19 @@ REFCG_INLINE void refcg_tile_dotprod(const refcg_gemm_job* j, int32_t i0, int32_
 }
 
 REFCG_DEFINE_TILES(refcg_tiles_dotprod, refcg_tile_dotprod, 4)
+
+REFCG_INLINE void refcg_dwp_mac_dotprod(refcg_dwacc_neon* a, int8x16_t x, int8x16_t w) { a->lo = vdotq_s32(a->lo, x, w); }
+
+REFCG_INLINE int32x4_t refcg_dwp_sum_dotprod(const refcg_dwacc_neon* a) { return a->lo; }
+
+REFCG_INLINE void refcg_dwp_strip_dotprod(const refcg_dwp_job* j, const int32_t* e, const int32_t* words, int32_t oc,
+                                          int32_t oh0, int32_t oh1) {
+  refcg_dwp_rows_neon(j, e, words, oc, oh0, oh1, refcg_dwp_mac_dotprod, refcg_dwp_sum_dotprod);
+}
+
+static void refcg_dwp_dotprod(const void* ctx, int64_t c0, int64_t c1) {
+  refcg_dwp_channels((const refcg_dwp_job*)ctx, c0, c1, 8, refcg_dwp_expand_neon, refcg_dwp_strip_dotprod);
+}
 
 #pragma GCC pop_options
 

@@ -178,3 +178,315 @@ REFCG_INLINE void refcg_dw_rows(const refcg_dw_job* j, int64_t r0, int64_t r1,
     }
   }
 }
+
+/* ---- depthwise conv on channel planes (planar input and output, NCHW) ----
+ * Pixels go in the vector lanes. For each input row a variant "expands" the padded domain row
+ * once: lane ow of group g holds the Q taps kw = g * Q + q of output pixel ow (bytes ow * sw +
+ * (g * Q + q) * dw of the row) as one 32-bit lane: Q bytes (vpdpbusd, sdot, smull) or Q int16
+ * (vpmaddwd).
+ * An output row is then, per kernel row and group, one aligned load and one multiply-add per
+ * 16 (or 8) pixels. Rows are expanded in strips of output rows into a stack buffer that stays
+ * in L1; no workspace. */
+#define REFCG_DWP_ROW 8192         /* bytes of padded input rows (each with its read slack) */
+#define REFCG_DWP_EXPANDED 32768   /* bytes of the expanded rows of one strip */
+
+typedef struct {
+  const refcg_conv2d_params* p;
+  const uint8_t* input;   /* one batch */
+  int32_t pitch;          /* padded row bytes the expand step reads */
+  uint8_t flip, pad;      /* domain flip of the input bytes, padding byte (izp in the domain) */
+  int32_t mult;           /* channel multiplier: output channel oc reads input channel oc / mult */
+  int32_t q, g;           /* taps per 32-bit lane, lane groups per kernel row */
+  int32_t owp;            /* out_w rounded up to 16: lanes per expanded group */
+  int32_t strip;          /* output rows per strip */
+  int32_t ix[16];         /* expand, AVX-512: vpermd source dwords (lane k: bytes from 4 * k * sw) */
+  uint8_t ctl[64];        /* expand: vpshufb / tbl control per 16 bytes (pixel j, tap q -> byte j * sw + q * dw) */
+  const int16_t* w;       /* [kh*kw][cp] */
+  int32_t cp;
+  refcg_epi epi;          /* epi.out: this batch; o_c, o_h: output element strides (o_w == 1) */
+  int64_t o_h;
+} refcg_dwp_job;
+
+/* Expand one padded row into g * owp 32-bit lanes. */
+typedef void (*refcg_dwp_expand_fn)(const refcg_dwp_job* j, const uint8_t* row, int32_t* e);
+/* Output rows [oh0, oh1) of output channel oc from expanded rows starting at padded row oh0 * sh. */
+typedef void (*refcg_dwp_strip_fn)(const refcg_dwp_job* j, const int32_t* e, const int32_t* words, int32_t oc,
+                                   int32_t oh0, int32_t oh1);
+
+/* Kernel-row taps of output channel oc, Q per 32-bit word as int8 (bits 8) or int16 (bits 16):
+ * word kh * G + g holds taps kw = g * Q + q (zero past the kernel width). */
+REFCG_INLINE void refcg_dwp_weights(const refcg_dwp_job* j, int32_t oc, int bits, int32_t* words) {
+  const int32_t kh = j->p->kernel_h, kw = j->p->kernel_w, q = j->q;
+  for (int32_t r = 0; r < kh; ++r)
+    for (int32_t i = 0; i < j->g; ++i) {
+      uint32_t word = 0;
+      for (int32_t t = 0; t < q && i * q + t < kw; ++t)
+        word |= ((uint32_t)j->w[(int64_t)(r * kw + i * q + t) * j->cp + oc] & ((1u << bits) - 1u)) << (bits * t);
+      words[r * j->g + i] = (int32_t)word;
+    }
+}
+
+/* dst[i] = src[i] ^ flip, 8 bytes at a time (GCC does not vectorize the byte loop: the
+ * buffers may overlap as far as it knows). */
+REFCG_INLINE void refcg_copy_flip(uint8_t* dst, const uint8_t* src, int64_t n, uint8_t flip) {
+  const uint64_t f8 = 0x0101010101010101ULL * flip;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v;
+    memcpy(&v, src + i, 8);
+    v ^= f8;
+    memcpy(dst + i, &v, 8);
+  }
+  for (; i < n; ++i) dst[i] = (uint8_t)(src[i] ^ flip);
+}
+
+/* One padded row of pitch bytes: pad, in_w bytes of src (NULL: a padding row) ^ flip, pad. */
+REFCG_INLINE void refcg_pad_row(uint8_t* row, const uint8_t* src, int32_t left, int32_t in_w, int32_t pitch,
+                                uint8_t flip, uint8_t pad) {
+  if (!src) {
+    memset(row, pad, pitch);
+    return;
+  }
+  memset(row, pad, left);
+  refcg_copy_flip(row + left, src, in_w, flip);
+  memset(row + left + in_w, pad, pitch - left - in_w);
+}
+
+/* Padded domain row r (pitch bytes) of input channel ic. */
+REFCG_INLINE void refcg_dwp_row(const refcg_dwp_job* j, int32_t ic, int32_t r, uint8_t* row) {
+  const refcg_conv2d_params* p = j->p;
+  const int32_t ih = r - p->pad_top;
+  const int inside = ih >= 0 && ih < p->in_h;
+  refcg_pad_row(row, inside ? j->input + ic * p->in_stride[3] + ih * p->in_stride[1] : NULL, p->pad_left, p->in_w,
+                j->pitch, j->flip, j->pad);
+}
+
+/* What a variant's blocks read: the expanded strip, weights, stride of a kernel row in lanes. */
+typedef struct {
+  const int32_t* e;
+  const int32_t* words;
+  int64_t row_step;
+  int32_t kh, g, owp, oc;
+  refcg_epi epi; /* a local copy: the byte stores may alias *j */
+} refcg_dwp_strip;
+
+/* nb (1 to 4) blocks of `width` pixels: lanes from e + lane_off, outputs at out_off, n valid. */
+typedef void (*refcg_dwp_blocks_fn)(const refcg_dwp_strip* s, const void* k, int64_t lane_off, int64_t out_off,
+                                    int32_t n, int32_t nb);
+
+/* fn(..., NB) with NB the compile-time constant nb (1 to 4), for unrolled block loops. */
+#define REFCG_NB_SWITCH(nb, fn, ...)           \
+  do {                                          \
+    switch (nb) {                               \
+      case 4: fn(__VA_ARGS__, 4); break;        \
+      case 3: fn(__VA_ARGS__, 3); break;        \
+      case 2: fn(__VA_ARGS__, 2); break;        \
+      default: fn(__VA_ARGS__, 1); break;       \
+    }                                           \
+  } while (0)
+
+/* Output rows [oh0, oh1) of output channel oc, 4 blocks at a time (independent accumulators). */
+REFCG_INLINE void refcg_dwp_walk(const refcg_dwp_job* j, const refcg_dwp_strip* s, const void* k, int32_t oh0,
+                                 int32_t oh1, int32_t width, refcg_dwp_blocks_fn blocks) {
+  const int32_t out_w = j->p->out_w;
+  const int64_t lanes = (int64_t)s->g * s->owp, o_h = j->o_h, o_c = s->epi.o_c, sh = j->p->stride_h;
+  for (int32_t oh = oh0; oh < oh1; ++oh) {
+    const int64_t lane_off = (oh - oh0) * sh * lanes, off = s->oc * o_c + oh * o_h;
+    int32_t ow = 0;
+    for (; ow + 3 * width < out_w; ow += 4 * width) blocks(s, k, lane_off + ow, off + ow, out_w - ow, 4);
+    if (ow < out_w) blocks(s, k, lane_off + ow, off + ow, out_w - ow, (out_w - ow + width - 1) / width);
+  }
+}
+
+REFCG_INLINE refcg_dwp_strip refcg_dwp_strip_of(const refcg_dwp_job* j, const int32_t* e, const int32_t* words, int32_t oc) {
+  const refcg_dwp_strip s = {e, words, (int64_t)j->g * j->owp * j->p->dilation_h, j->p->kernel_h, j->g, j->owp, oc,
+                             j->epi};
+  return s;
+}
+
+/* Input channels [c0, c1), strip by strip: expand the rows, then every output channel reading them. */
+REFCG_INLINE void refcg_dwp_channels(const refcg_dwp_job* j, int64_t c0, int64_t c1, int bits,
+                                     refcg_dwp_expand_fn expand, refcg_dwp_strip_fn strip) {
+  const refcg_conv2d_params* p = j->p;
+  uint8_t row[REFCG_DWP_ROW] __attribute__((aligned(64)));
+  int32_t e[REFCG_DWP_EXPANDED / 4] __attribute__((aligned(64)));
+  int32_t words[256];
+  const int64_t lanes = (int64_t)j->g * j->owp;
+  for (int64_t ic = c0; ic < c1; ++ic) {
+    for (int32_t oh0 = 0; oh0 < p->out_h; oh0 += j->strip) {
+      const int32_t oh1 = oh0 + j->strip < p->out_h ? oh0 + j->strip : p->out_h;
+      const int32_t r0 = oh0 * p->stride_h, r1 = (oh1 - 1) * p->stride_h + (p->kernel_h - 1) * p->dilation_h + 1;
+      /* rows in batches, built before any is expanded: the expand step's wide loads would not
+       * forward from the narrow stores of a row just written, and stall */
+      const int32_t batch = REFCG_DWP_ROW / j->pitch;
+      for (int32_t b0 = r0; b0 < r1; b0 += batch) {
+        const int32_t b1 = b0 + batch < r1 ? b0 + batch : r1;
+        for (int32_t r = b0; r < b1; ++r) refcg_dwp_row(j, (int32_t)ic, r, row + (int64_t)(r - b0) * j->pitch);
+        for (int32_t r = b0; r < b1; ++r) expand(j, row + (int64_t)(r - b0) * j->pitch, e + (r - r0) * lanes);
+      }
+      for (int32_t m = 0; m < j->mult; ++m) {
+        const int32_t oc = (int32_t)ic * j->mult + m;
+        refcg_dwp_weights(j, oc, bits, words);
+        strip(j, e, words, oc, oh0, oh1);
+      }
+    }
+  }
+}
+
+/* ---- qnn.add / subtract / mul over rows of the innermost dimension ----
+ * Dimensions of size 1 are dropped and dimensions contiguous in a, b and out merged, so the
+ * innermost run is as long as possible; its a and b strides are 0 (broadcast) or 1. */
+typedef struct {
+  const refcg_binary_params* p;
+  const uint8_t* a;
+  const uint8_t* b;
+  uint8_t* out;
+  int32_t ndim;
+  int64_t shape[REFCG_MAX_DIMS], as[REFCG_MAX_DIMS], bs[REFCG_MAX_DIMS];
+} refcg_bin_job;
+
+/* n elements of one row: a at element ia (stride j->as[ndim-1]), b at ib, out at io (contiguous). */
+typedef void (*refcg_bin_row_fn)(const refcg_bin_job* j, const void* k, int64_t ia, int64_t ib, int64_t io, int64_t n);
+
+/* Merged dimensions of p; returns the rows (product of all but the innermost). */
+REFCG_INLINE int64_t refcg_bin_merge(const refcg_binary_params* p, refcg_bin_job* j) {
+  int32_t nd = 0;
+  for (int32_t d = 0; d < p->ndim; ++d) {
+    if (p->shape[d] == 1) continue;
+    if (nd > 0 && j->as[nd - 1] == p->a_stride[d] * p->shape[d] && j->bs[nd - 1] == p->b_stride[d] * p->shape[d]) {
+      j->shape[nd - 1] *= p->shape[d]; /* outer dimension d-1 continues into d: one dimension */
+      j->as[nd - 1] = p->a_stride[d];
+      j->bs[nd - 1] = p->b_stride[d];
+      continue;
+    }
+    j->shape[nd] = p->shape[d];
+    j->as[nd] = p->a_stride[d];
+    j->bs[nd] = p->b_stride[d];
+    ++nd;
+  }
+  if (nd == 0) { /* a single element */
+    j->shape[0] = 1;
+    j->as[0] = j->bs[0] = 0;
+    nd = 1;
+  }
+  j->ndim = nd;
+  int64_t rows = 1;
+  for (int32_t d = 0; d + 1 < nd; ++d) rows *= j->shape[d];
+  return rows;
+}
+
+/* Rows are split into chunks of REFCG_BIN_CHUNK elements, so one long row (a residual add of
+ * two same-shape tensors merges into one) still spreads over threads. */
+#define REFCG_BIN_CHUNK 4096
+REFCG_INLINE int64_t refcg_bin_chunks(const refcg_bin_job* j, int64_t rows) {
+  return rows * ((j->shape[j->ndim - 1] + REFCG_BIN_CHUNK - 1) / REFCG_BIN_CHUNK);
+}
+
+/* Chunks [t0, t1): offsets of the first row from its index, then an odometer. */
+REFCG_INLINE void refcg_bin_rows(const refcg_bin_job* j, const void* k, int64_t t0, int64_t t1, refcg_bin_row_fn row) {
+  const int32_t nd = j->ndim;
+  const int64_t n = j->shape[nd - 1], per_row = (n + REFCG_BIN_CHUNK - 1) / REFCG_BIN_CHUNK;
+  int64_t index[REFCG_MAX_DIMS] = {0}, ia = 0, ib = 0, r = t0 / per_row, rem = r;
+  for (int32_t d = nd - 2; d >= 0; --d) {
+    index[d] = rem % j->shape[d];
+    rem /= j->shape[d];
+    ia += index[d] * j->as[d];
+    ib += index[d] * j->bs[d];
+  }
+  for (int64_t t = t0; t < t1; ++t) {
+    if (t / per_row != r) { /* next row */
+      ++r;
+      for (int32_t d = nd - 2; d >= 0; --d) {
+        ia += j->as[d];
+        ib += j->bs[d];
+        if (++index[d] < j->shape[d]) break;
+        ia -= j->as[d] * j->shape[d];
+        ib -= j->bs[d] * j->shape[d];
+        index[d] = 0;
+      }
+    }
+    const int64_t e0 = t % per_row * REFCG_BIN_CHUNK, e1 = e0 + REFCG_BIN_CHUNK < n ? e0 + REFCG_BIN_CHUNK : n;
+    row(j, k, ia + e0 * j->as[nd - 1], ib + e0 * j->bs[nd - 1], r * n + e0, e1 - e0);
+  }
+}
+
+/* ---- max / avg pool on channel planes (planar input and output, 8-bit input) ----
+ * Portable C that GCC vectorizes for the ISA section it is inlined into: per output row and
+ * kernel row, the padded row is split by stride phase (phase f holds bytes f, f + sw, ...), so
+ * every tap is a contiguous run of output pixels. Bytes are in the uint8 domain (x ^ flip), where
+ * max commutes with the flip and an average subtracts 128 per tap. */
+#define REFCG_POOL_MAX_W 2048 /* output pixels per row of the vector path */
+typedef struct {
+  const refcg_pool2d_params* p;
+  const uint8_t* in;
+  void* out;
+  int32_t pitch, phase_w;  /* padded row bytes, bytes per stride phase */
+  uint8_t flip, pad;       /* pad: dtype minimum (max pool) or 0 (avg) in the domain */
+} refcg_pool_job;
+
+/* Taps of kernel extent k at output position o inside [lo, hi) of the input axis (start - pad). */
+REFCG_INLINE int32_t refcg_pool_count(int32_t o, int32_t stride, int32_t pad, int32_t k, int32_t dil, int32_t lo,
+                                      int32_t hi) {
+  int32_t n = 0;
+  for (int32_t t = 0; t < k; ++t) {
+    const int32_t i = o * stride - pad + t * dil;
+    n += i >= lo && i < hi;
+  }
+  return n;
+}
+
+REFCG_INLINE void refcg_pool_planes(const refcg_pool_job* j, int64_t q0, int64_t q1) {
+  const refcg_pool2d_params* p = j->p;
+  uint8_t row[REFCG_DWP_ROW], phases[REFCG_DWP_ROW];
+  uint32_t acc[REFCG_POOL_MAX_W];
+  float colw[REFCG_POOL_MAX_W]; /* avg: taps per output column */
+  const int32_t ow_n = p->out_w, sw = p->stride_w, avg = p->is_avg, pw = j->phase_w;
+  const int32_t lo_w = avg && p->count_include_pad ? -p->pad_left : 0;
+  const int32_t hi_w = avg && p->count_include_pad ? p->in_w + p->pad_right : p->in_w;
+  for (int32_t ow = 0; ow < ow_n; ++ow)
+    colw[ow] = (float)refcg_pool_count(ow, sw, p->pad_left, p->kernel_w, p->dilation_w, lo_w, hi_w);
+  const uint32_t bias = j->flip ? 128u * (uint32_t)(p->kernel_h * p->kernel_w) : 0u;
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t n = q / p->channels, c = q % p->channels;
+    const uint8_t* src = j->in + n * p->in_stride[0] + c * p->in_stride[3];
+    const int64_t obase = n * p->out_stride[0] + c * p->out_stride[3];
+    for (int32_t oh = 0; oh < p->out_h; ++oh) {
+      for (int32_t ow = 0; ow < ow_n; ++ow) acc[ow] = 0;
+      for (int32_t kh = 0; kh < p->kernel_h; ++kh) {
+        const int32_t ih = oh * p->stride_h - p->pad_top + kh * p->dilation_h;
+        refcg_pad_row(row, ih >= 0 && ih < p->in_h ? src + ih * p->in_stride[1] : NULL, p->pad_left, p->in_w, j->pitch,
+                      j->flip, j->pad);
+        for (int32_t f = 0; f < sw; ++f)
+          for (int32_t x = 0; x < pw; ++x) phases[f * pw + x] = row[f + x * sw];
+        for (int32_t kw = 0; kw < p->kernel_w; ++kw) {
+          const int32_t off = kw * p->dilation_w;
+          const uint8_t* __restrict t = phases + (off % sw) * pw + off / sw;
+          uint32_t* __restrict a = acc;
+          if (avg)
+            for (int32_t ow = 0; ow < ow_n; ++ow) a[ow] += t[ow];
+          else
+            for (int32_t ow = 0; ow < ow_n; ++ow) a[ow] = a[ow] > t[ow] ? a[ow] : t[ow];
+        }
+      }
+      const int64_t o = obase + oh * p->out_stride[1];
+      if (avg) { /* sum / count truncated: float32 division is exact here (|sum| < 2^24) */
+        const int32_t lo_h = p->count_include_pad ? -p->pad_top : 0;
+        const int32_t hi_h = p->count_include_pad ? p->in_h + p->pad_bottom : p->in_h;
+        const float rows = (float)refcg_pool_count(oh, p->stride_h, p->pad_top, p->kernel_h, p->dilation_h, lo_h, hi_h);
+        for (int32_t ow = 0; ow < ow_n; ++ow) {
+          const float count = rows * colw[ow];
+          acc[ow] = (uint32_t)(int32_t)((float)(int32_t)(acc[ow] - bias) / (count > 0.0f ? count : 1.0f));
+        }
+      } else {
+        for (int32_t ow = 0; ow < ow_n; ++ow) acc[ow] ^= j->flip;
+      }
+      if (p->out_dtype == REFCG_S32) {
+        int32_t* __restrict d = (int32_t*)j->out + o;
+        for (int32_t ow = 0; ow < ow_n; ++ow) d[ow] = (int32_t)acc[ow];
+      } else { /* the low byte: max pool values are bytes, averages of bytes fit the dtype */
+        uint8_t* __restrict d = (uint8_t*)j->out + o;
+        for (int32_t ow = 0; ow < ow_n; ++ow) d[ow] = (uint8_t)acc[ow];
+      }
+    }
+  }
+}

@@ -57,27 +57,40 @@ REFCG_INLINE __m256i refcg_fpm_avx2(__m256i x, __m256i m, __m256i s) {
   return _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
 }
 
-/* Requantize 8 channels starting at c (n channels valid) into clamped int32. */
-REFCG_INLINE __m256i refcg_rq_avx2(const refcg_requant* rq, __m256i acc, int32_t c, int32_t n) {
+/* Multiplier and shift (int64 mode) or scale (float32 modes) of the lanes: channels c + l, l < n
+ * (lanes = 1) or channel c in every lane (lanes = 0); nothing for identity. */
+typedef struct {
+  __m256i m, s;
+  __m256 f;
+} refcg_rqv_avx2;
+
+REFCG_INLINE refcg_rqv_avx2 refcg_rqv_load_avx2(const refcg_requant* rq, int32_t c, int32_t n, int lanes) {
+  refcg_rqv_avx2 r = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_ps()};
   const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  c = rq->per_channel ? c : 0;
+  lanes = lanes && rq->per_channel;
+  if (rq->identity) return r;
+  if (rq->mode != REFCG_RQ_INT64_UPWARD) {
+    r.f = lanes ? _mm256_castsi256_ps(_mm256_maskload_epi32((const int*)rq->scale_f32 + c, mask))
+                : _mm256_set1_ps(rq->scale_f32[c]);
+  } else {
+    r.m = lanes ? _mm256_maskload_epi32(rq->multiplier + c, mask) : _mm256_set1_epi32(rq->multiplier[c]);
+    r.s = lanes ? _mm256_maskload_epi32(rq->shift + c, mask) : _mm256_set1_epi32(rq->shift[c]);
+  }
+  return r;
+}
+
+/* Requantize 8 lanes into clamped int32. */
+REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r) {
   __m256i v;
   if (rq->mode == REFCG_RQ_INT64_UPWARD) {
     v = _mm256_sub_epi32(acc, _mm256_set1_epi32(rq->input_zp));
-    if (!rq->identity) {
-      const __m256i m = rq->per_channel ? _mm256_maskload_epi32(rq->multiplier + c, mask)
-                                        : _mm256_set1_epi32(rq->multiplier[0]);
-      const __m256i s = rq->per_channel ? _mm256_maskload_epi32(rq->shift + c, mask) : _mm256_set1_epi32(rq->shift[0]);
-      v = refcg_fpm_avx2(v, m, s);
-    }
+    if (!rq->identity) v = refcg_fpm_avx2(v, r->m, r->s);
     v = _mm256_add_epi32(v, _mm256_set1_epi32(rq->output_zp));
   } else {
     /* separate multiply and add (no FMA), as TVM computes it */
     __m256 f = _mm256_sub_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps((float)rq->input_zp));
-    if (!rq->identity) {
-      const __m256 s = rq->per_channel ? _mm256_castsi256_ps(_mm256_maskload_epi32((const int*)rq->scale_f32 + c, mask))
-                                       : _mm256_set1_ps(rq->scale_f32[0]);
-      f = _mm256_mul_ps(f, s);
-    }
+    if (!rq->identity) f = _mm256_mul_ps(f, r->f);
     f = _mm256_add_ps(f, _mm256_set1_ps((float)rq->output_zp));
     if (rq->mode == REFCG_RQ_FLOAT32_UPWARD) {
       f = _mm256_floor_ps(_mm256_add_ps(f, _mm256_set1_ps(0.5f)));
@@ -91,6 +104,12 @@ REFCG_INLINE __m256i refcg_rq_avx2(const refcg_requant* rq, __m256i acc, int32_t
     v = _mm256_cvttps_epi32(f); /* out of range -> INT32_MIN, like cvttss2si */
   }
   return _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(rq->out_max)), _mm256_set1_epi32(rq->out_min));
+}
+
+/* Requantize 8 channels starting at c (n channels valid) into clamped int32. */
+REFCG_INLINE __m256i refcg_rq_avx2(const refcg_requant* rq, __m256i acc, int32_t c, int32_t n) {
+  const refcg_rqv_avx2 r = refcg_rqv_load_avx2(rq, c, n, 1);
+  return refcg_rq_apply_avx2(rq, acc, &r);
 }
 
 REFCG_INLINE void refcg_epi_avx2(const refcg_epi* e, const int32_t* acc, int32_t c0, int32_t nvalid, int64_t off) {
@@ -166,6 +185,147 @@ static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
   refcg_dw_rows((const refcg_dw_job*)ctx, r0, r1, refcg_dw16_avx2, refcg_epi_avx2);
 }
 
+/* The low bytes of lanes [0, n) of v (values in range) to out. */
+REFCG_INLINE void refcg_store_bytes_avx2(uint8_t* out, __m256i v, int64_t n) {
+  /* bytes 0-3 of each 128-bit half, then both halves */
+  const __m256i lo = _mm256_shuffle_epi8(v, _mm256_set1_epi32(0x0C080400));
+  const __m128i b = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(lo, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0)));
+  if (n >= 8)
+    _mm_storel_epi64((__m128i*)out, b);
+  else
+    memcpy(out, &b, (size_t)n);
+}
+
+/* Store 8 pixels (raw accumulators + correction) of one output row at off, n valid (o_w == 1). */
+REFCG_INLINE void refcg_dwp_store_avx2(const refcg_epi* e, const refcg_rqv_avx2* r, __m256i acc, int32_t oc,
+                                       int64_t off, int32_t n) {
+  int32_t t[8];
+  if (!e->rq_vector) {
+    _mm256_storeu_si256((__m256i*)t, acc);
+    for (int32_t l = 0; l < n; ++l) refcg_store(e->out, off + l, e->out_dtype, refcg_requantize_one(e->rq, t[l], oc));
+    return;
+  }
+  const __m256i v = refcg_rq_apply_avx2(e->rq, acc, r);
+  if (e->out_dtype == REFCG_S32) {
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_epi32((int32_t*)e->out + off, mask, v);
+    return;
+  }
+  refcg_store_bytes_avx2((uint8_t*)e->out + off, v, n);
+}
+
+/* Expand a padded row: per group and 8 pixels two 16-byte loads (pixels 0-3, 4-7) and vpshufb
+ * put taps q = 0, 1 of each pixel zero-extended into the int16 pair of its lane. */
+REFCG_INLINE void refcg_dwp_expand_avx2(const refcg_dwp_job* j, const uint8_t* row, int32_t* e) {
+  const __m256i ctl = _mm256_loadu_si256((const __m256i*)j->ctl);
+  const int32_t sw = j->p->stride_w, qdw = j->q * j->p->dilation_w, owp = j->owp;
+  for (int32_t i = 0; i < j->g; ++i, row += qdw, e += owp)
+    for (int32_t ow = 0; ow < owp; ow += 8) {
+      const uint8_t* x = row + ow * sw;
+      const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)x)),
+                                                _mm_loadu_si128((const __m128i*)(x + 4 * sw)), 1);
+      _mm256_store_si256((__m256i*)(e + ow), _mm256_shuffle_epi8(v, ctl));
+    }
+}
+
+typedef struct {
+  refcg_rqv_avx2 r;
+  __m256i corr;
+} refcg_dwpk_avx2;
+
+typedef __m256i (*refcg_dot_avx2_fn)(__m256i acc, __m256i x, __m256i w);
+
+/* vpmaddwd: the int16 pairs of x (taps zero-extended) times the weight pairs, exact in int32. */
+REFCG_INLINE __m256i refcg_dot_madd_avx2(__m256i acc, __m256i x, __m256i w) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(x, w));
+}
+
+/* NB blocks of 8 pixels: dot per kernel row and group. */
+REFCG_INLINE void refcg_dwp_nb_avx2(const refcg_dwp_strip* s, const refcg_dwpk_avx2* k, int64_t lane_off, int64_t off,
+                                    int32_t n, refcg_dot_avx2_fn dot, const int NB) {
+  __m256i acc[4];
+  for (int b = 0; b < NB; ++b) acc[b] = k->corr;
+  const int32_t* e = s->e + lane_off;
+  for (int32_t r = 0; r < s->kh; ++r, e += s->row_step)
+    for (int32_t i = 0; i < s->g; ++i) {
+      const __m256i w = _mm256_set1_epi32(s->words[r * s->g + i]);
+      for (int b = 0; b < NB; ++b) acc[b] = dot(acc[b], _mm256_load_si256((const __m256i*)(e + i * s->owp + 8 * b)), w);
+    }
+  for (int b = 0; b < NB; ++b) refcg_dwp_store_avx2(&s->epi, &k->r, acc[b], s->oc, off + 8 * b, n - 8 * b < 8 ? n - 8 * b : 8);
+}
+
+REFCG_INLINE void refcg_dwp_blocks_avx2(const refcg_dwp_strip* s, const void* k, int64_t lane_off, int64_t off,
+                                        int32_t n, int32_t nb) {
+  REFCG_NB_SWITCH(nb, refcg_dwp_nb_avx2, s, (const refcg_dwpk_avx2*)k, lane_off, off, n, refcg_dot_madd_avx2);
+}
+
+/* The strip with 8-pixel blocks (AVX2 and AVX-VNNI). */
+REFCG_INLINE void refcg_dwp_strip_ymm(const refcg_dwp_job* j, const int32_t* e, const int32_t* words, int32_t oc,
+                                      int32_t oh0, int32_t oh1, refcg_dwp_blocks_fn blocks) {
+  const refcg_dwp_strip s = refcg_dwp_strip_of(j, e, words, oc);
+  const refcg_dwpk_avx2 k = {refcg_rqv_load_avx2(s.epi.rq, oc, 8, 0), _mm256_set1_epi32(s.epi.corr[oc])};
+  refcg_dwp_walk(j, &s, &k, oh0, oh1, 8, blocks);
+}
+
+REFCG_INLINE void refcg_dwp_strip_avx2(const refcg_dwp_job* j, const int32_t* e, const int32_t* words, int32_t oc,
+                                       int32_t oh0, int32_t oh1) {
+  refcg_dwp_strip_ymm(j, e, words, oc, oh0, oh1, refcg_dwp_blocks_avx2);
+}
+
+static void refcg_dwp_avx2(const void* ctx, int64_t c0, int64_t c1) {
+  refcg_dwp_channels((const refcg_dwp_job*)ctx, c0, c1, 16, refcg_dwp_expand_avx2, refcg_dwp_strip_avx2);
+}
+
+/* ---- qnn.add / subtract / mul: 8 elements per step (see the AVX-512 version) ---- */
+typedef struct {
+  refcg_rqv_avx2 ra, rb;
+  const refcg_requant* rqa;
+  const refcg_requant* rqb;
+} refcg_binc_avx2;
+
+/* Up to 8 8-bit elements at x (stride 1) or x[0] in every lane (stride 0) as int32. */
+REFCG_INLINE __m256i refcg_bin_load_avx2(const uint8_t* x, int64_t stride, int32_t dtype, int64_t n) {
+  if (stride == 0) return _mm256_set1_epi32(refcg_load(x, 0, dtype));
+  uint64_t bytes = 0;
+  memcpy(&bytes, x, (size_t)(n < 8 ? n : 8));
+  const __m128i v = _mm_cvtsi64_si128((long long)bytes);
+  return dtype == REFCG_S8 ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+}
+
+REFCG_INLINE void refcg_bin_row_avx2(const refcg_bin_job* j, const void* ctx, int64_t ia, int64_t ib, int64_t io,
+                                     int64_t n) {
+  const refcg_binc_avx2* k = (const refcg_binc_avx2*)ctx;
+  const refcg_binary_params* p = j->p;
+  const int64_t sa = j->as[j->ndim - 1], sb = j->bs[j->ndim - 1];
+  const int32_t op = p->op, adt = p->a_dtype, bdt = p->b_dtype;
+  const __m256i azp = _mm256_set1_epi32(p->a_zp), bzp = _mm256_set1_epi32(p->b_zp), ozp = _mm256_set1_epi32(p->out_zp);
+  const __m256i lo = _mm256_set1_epi32(p->out_min), hi = _mm256_set1_epi32(p->out_max);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i x = refcg_bin_load_avx2(j->a + ia + i * sa, sa, adt, n - i);
+    const __m256i y = refcg_bin_load_avx2(j->b + ib + i * sb, sb, bdt, n - i);
+    __m256i v;
+    if (op == REFCG_BIN_MUL) {
+      v = refcg_rq_apply_avx2(k->rqa, _mm256_mullo_epi32(_mm256_sub_epi32(x, azp), _mm256_sub_epi32(y, bzp)), &k->ra);
+    } else {
+      const __m256i qa = refcg_rq_apply_avx2(k->rqa, x, &k->ra), qb = refcg_rq_apply_avx2(k->rqb, y, &k->rb);
+      v = op == REFCG_BIN_ADD ? _mm256_sub_epi32(_mm256_add_epi32(qa, qb), ozp) : _mm256_add_epi32(_mm256_sub_epi32(qa, qb), ozp);
+      v = _mm256_max_epi32(_mm256_min_epi32(v, hi), lo);
+    }
+    refcg_store_bytes_avx2(j->out + io + i, v, n - i);
+  }
+}
+
+static void refcg_pool_avx2(const void* ctx, int64_t q0, int64_t q1) {
+  refcg_pool_planes((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
+}
+
+static void refcg_bin_avx2(const void* ctx, int64_t r0, int64_t r1) {
+  const refcg_bin_job* j = (const refcg_bin_job*)ctx;
+  const refcg_binc_avx2 k = {refcg_rqv_load_avx2(&j->p->rq_a, 0, 8, 0), refcg_rqv_load_avx2(&j->p->rq_b, 0, 8, 0),
+                            &j->p->rq_a, &j->p->rq_b};
+  refcg_bin_rows(j, &k, r0, r1, refcg_bin_row_avx2);
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -209,6 +369,23 @@ REFCG_INLINE void refcg_tile_avxvnni(const refcg_gemm_job* j, int32_t i0, int32_
 
 REFCG_DEFINE_TILES(refcg_tiles_avxvnni, refcg_tile_avxvnni, 6)
 
+/* Depthwise planes with 4 byte taps per lane (vpdpbusd ymm) on the AVX2 expand and epilogue. */
+REFCG_INLINE __m256i refcg_dot_vnni_avx2(__m256i acc, __m256i x, __m256i w) { return _mm256_dpbusd_avx_epi32(acc, x, w); }
+
+REFCG_INLINE void refcg_dwp_blocks_avxvnni(const refcg_dwp_strip* s, const void* k, int64_t lane_off, int64_t off,
+                                           int32_t n, int32_t nb) {
+  REFCG_NB_SWITCH(nb, refcg_dwp_nb_avx2, s, (const refcg_dwpk_avx2*)k, lane_off, off, n, refcg_dot_vnni_avx2);
+}
+
+REFCG_INLINE void refcg_dwp_strip_avxvnni(const refcg_dwp_job* j, const int32_t* e, const int32_t* words, int32_t oc,
+                                          int32_t oh0, int32_t oh1) {
+  refcg_dwp_strip_ymm(j, e, words, oc, oh0, oh1, refcg_dwp_blocks_avxvnni);
+}
+
+static void refcg_dwp_avxvnni(const void* ctx, int64_t c0, int64_t c1) {
+  refcg_dwp_channels((const refcg_dwp_job*)ctx, c0, c1, 8, refcg_dwp_expand_avx2, refcg_dwp_strip_avxvnni);
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -228,37 +405,65 @@ REFCG_DEFINE_TILES(refcg_tiles_avxvnni, refcg_tile_avxvnni, 6)
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #endif
 
-REFCG_INLINE __m512i refcg_fpm_avx512(__m512i x, __m512i m, __m512i s) {
-  const __m512i t = _mm512_sub_epi32(_mm512_set1_epi32(31), s);
-  const __m512i lo = _mm512_set1_epi64(0xffffffffLL), one = _mm512_set1_epi64(1);
-  const __m512i te = _mm512_and_si512(t, lo), to = _mm512_srli_epi64(t, 32);
-  __m512i pe = _mm512_mul_epi32(x, m);
-  __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m, 32));
-  pe = _mm512_srav_epi64(_mm512_add_epi64(pe, _mm512_sllv_epi64(one, _mm512_sub_epi64(te, one))), te);
-  po = _mm512_srav_epi64(_mm512_add_epi64(po, _mm512_sllv_epi64(one, _mm512_sub_epi64(to, one))), to);
-  return _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
+/* Requantize constants as vectors, prepared once per channel block (or per plane): multiplier
+ * (even lanes, and odd lanes moved down), right shift t = 31 - shift split the same way with
+ * the rounding 2^(t-1) (int64 mode), or the float32 scale; zero points and clamp range. */
+typedef struct {
+  int32_t mode, identity;
+  __m512i izp, ozp, lo, hi;
+  __m512i m_e, m_o, t_e, t_o, r_e, r_o;
+  __m512 fizp, fozp, f;
+} refcg_rqv_avx512;
+
+/* Lanes are channels c + l (lanes = 1, masked) or all channel c (lanes = 0). */
+REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load_avx512(const refcg_requant* rq, int32_t c, __mmask16 mask, int lanes) {
+  refcg_rqv_avx512 r;
+  r.m_e = r.m_o = r.t_e = r.t_o = r.r_e = r.r_o = _mm512_setzero_si512(); /* registers, not a memset */
+  r.f = _mm512_setzero_ps();
+  r.mode = rq->mode;
+  r.identity = rq->identity;
+  r.izp = _mm512_set1_epi32(rq->input_zp);
+  r.ozp = _mm512_set1_epi32(rq->output_zp);
+  r.lo = _mm512_set1_epi32(rq->out_min);
+  r.hi = _mm512_set1_epi32(rq->out_max);
+  r.fizp = _mm512_set1_ps((float)rq->input_zp);
+  r.fozp = _mm512_set1_ps((float)rq->output_zp);
+  c = rq->per_channel ? c : 0;
+  lanes = lanes && rq->per_channel;
+  if (rq->identity) return r;
+  if (rq->mode != REFCG_RQ_INT64_UPWARD) {
+    r.f = lanes ? _mm512_maskz_loadu_ps(mask, rq->scale_f32 + c) : _mm512_set1_ps(rq->scale_f32[c]);
+    return r;
+  }
+  const __m512i m = lanes ? _mm512_maskz_loadu_epi32(mask, rq->multiplier + c) : _mm512_set1_epi32(rq->multiplier[c]);
+  const __m512i s = lanes ? _mm512_maskz_loadu_epi32(mask, rq->shift + c) : _mm512_set1_epi32(rq->shift[c]);
+  const __m512i t = _mm512_sub_epi32(_mm512_set1_epi32(31), s), one = _mm512_set1_epi64(1);
+  r.m_e = m;
+  r.m_o = _mm512_srli_epi64(m, 32);
+  r.t_e = _mm512_and_si512(t, _mm512_set1_epi64(0xffffffffLL));
+  r.t_o = _mm512_srli_epi64(t, 32);
+  r.r_e = _mm512_sllv_epi64(one, _mm512_sub_epi64(r.t_e, one));
+  r.r_o = _mm512_sllv_epi64(one, _mm512_sub_epi64(r.t_o, one));
+  return r;
 }
 
-REFCG_INLINE __m512i refcg_rq_avx512(const refcg_requant* rq, __m512i acc, int32_t c, __mmask16 mask) {
+/* Requantize 16 lanes into clamped int32 (refcg_requantize_one of the vector modes). */
+REFCG_INLINE __m512i refcg_rq_apply_avx512(const refcg_rqv_avx512* r, __m512i acc) {
   __m512i v;
-  if (rq->mode == REFCG_RQ_INT64_UPWARD) {
-    v = _mm512_sub_epi32(acc, _mm512_set1_epi32(rq->input_zp));
-    if (!rq->identity) {
-      const __m512i m = rq->per_channel ? _mm512_maskz_loadu_epi32(mask, rq->multiplier + c)
-                                        : _mm512_set1_epi32(rq->multiplier[0]);
-      const __m512i s = rq->per_channel ? _mm512_maskz_loadu_epi32(mask, rq->shift + c) : _mm512_set1_epi32(rq->shift[0]);
-      v = refcg_fpm_avx512(v, m, s);
+  if (r->mode == REFCG_RQ_INT64_UPWARD) {
+    v = _mm512_sub_epi32(acc, r->izp);
+    if (!r->identity) { /* refcg_fpm_upward, shifts in [-31, 0]: even and odd lanes in int64 */
+      const __m512i pe = _mm512_srav_epi64(_mm512_add_epi64(_mm512_mul_epi32(v, r->m_e), r->r_e), r->t_e);
+      const __m512i po = _mm512_srav_epi64(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(v, 32), r->m_o), r->r_o), r->t_o);
+      v = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
     }
-    v = _mm512_add_epi32(v, _mm512_set1_epi32(rq->output_zp));
+    v = _mm512_add_epi32(v, r->ozp);
   } else {
     /* explicit-rounding forms: never contracted into an FMA */
-    __m512 f = _mm512_sub_round_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps((float)rq->input_zp), _MM_FROUND_CUR_DIRECTION);
-    if (!rq->identity) {
-      const __m512 s = rq->per_channel ? _mm512_maskz_loadu_ps(mask, rq->scale_f32 + c) : _mm512_set1_ps(rq->scale_f32[0]);
-      f = _mm512_mul_round_ps(f, s, _MM_FROUND_CUR_DIRECTION);
-    }
-    f = _mm512_add_round_ps(f, _mm512_set1_ps((float)rq->output_zp), _MM_FROUND_CUR_DIRECTION);
-    if (rq->mode == REFCG_RQ_FLOAT32_UPWARD) {
+    __m512 f = _mm512_sub_round_ps(_mm512_cvtepi32_ps(acc), r->fizp, _MM_FROUND_CUR_DIRECTION);
+    if (!r->identity) f = _mm512_mul_round_ps(f, r->f, _MM_FROUND_CUR_DIRECTION);
+    f = _mm512_add_round_ps(f, r->fozp, _MM_FROUND_CUR_DIRECTION);
+    if (r->mode == REFCG_RQ_FLOAT32_UPWARD) {
       f = _mm512_roundscale_ps(_mm512_add_round_ps(f, _mm512_set1_ps(0.5f), _MM_FROUND_CUR_DIRECTION), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     } else {
       const __m512 t = _mm512_roundscale_ps(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -269,26 +474,41 @@ REFCG_INLINE __m512i refcg_rq_avx512(const refcg_requant* rq, __m512i acc, int32
     }
     v = _mm512_cvttps_epi32(f);
   }
-  return _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(rq->out_max)), _mm512_set1_epi32(rq->out_min));
+  return _mm512_max_epi32(_mm512_min_epi32(v, r->hi), r->lo);
 }
 
-REFCG_INLINE void refcg_epi_avx512(const refcg_epi* e, const int32_t* acc, int32_t c0, int32_t nvalid, int64_t off) {
+REFCG_INLINE __m512i refcg_rq_avx512(const refcg_requant* rq, __m512i acc, int32_t c, __mmask16 mask) {
+  const refcg_rqv_avx512 r = refcg_rqv_load_avx512(rq, c, mask, 1);
+  return refcg_rq_apply_avx512(&r, acc);
+}
+
+/* Requantize and store channels [c0, c0 + nvalid) of one pixel; acc includes the correction. */
+REFCG_INLINE void refcg_epi_vec_avx512(const refcg_epi* e, const refcg_rqv_avx512* r, __m512i acc, int32_t c0,
+                                       int32_t nvalid, int64_t off) {
+  const __mmask16 mask = (__mmask16)((1u << nvalid) - 1u);
+  int32_t t[16];
   if (!e->rq_vector) {
-    refcg_epi_scalar(e, acc, c0, nvalid, off);
+    _mm512_storeu_si512(t, acc);
+    for (int32_t l = 0; l < nvalid; ++l)
+      refcg_store(e->out, off + (c0 + l) * e->o_c, e->out_dtype, refcg_requantize_one(e->rq, t[l], c0 + l));
     return;
   }
-  const __mmask16 mask = (__mmask16)((1u << nvalid) - 1u);
-  const __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc), _mm512_maskz_loadu_epi32(mask, e->corr + c0));
-  const __m512i v = refcg_rq_avx512(e->rq, a, c0, mask);
+  const __m512i v = refcg_rq_apply_avx512(r, acc);
   if (e->o_c == 1 && e->out_dtype != REFCG_S32) {
     _mm512_mask_cvtepi32_storeu_epi8((uint8_t*)e->out + off + c0, mask, v); /* values are in range */
   } else if (e->o_c == 1) {
     _mm512_mask_storeu_epi32((int32_t*)e->out + off + c0, mask, v);
   } else {
-    int32_t t[16];
     _mm512_storeu_si512(t, v);
     refcg_epi_store(e, t, c0, nvalid, off);
   }
+}
+
+REFCG_INLINE void refcg_epi_avx512(const refcg_epi* e, const int32_t* acc, int32_t c0, int32_t nvalid, int64_t off) {
+  const __mmask16 mask = (__mmask16)((1u << nvalid) - 1u);
+  const refcg_rqv_avx512 r = refcg_rqv_load_avx512(e->rq, c0, mask, 1);
+  refcg_epi_vec_avx512(e, &r, _mm512_add_epi32(_mm512_loadu_si512(acc), _mm512_maskz_loadu_epi32(mask, e->corr + c0)), c0,
+                       nvalid, off);
 }
 
 /* MR rows x NV blocks of 16 channels starting at block nb. */
@@ -353,22 +573,20 @@ REFCG_INLINE void refcg_dw16_avx512(const refcg_dw_job* j, const uint8_t* base, 
   _mm512_storeu_si512(acc, a);
 }
 
-/* 16 channels x PX pixels along ow: PX independent vpdpwssd chains, weights widened once. */
+/* 16 channels x PX pixels along ow: PX independent vpdpwssd chains, weights widened and the
+ * requantize constants of the 16 channels prepared once (r, corr). */
 REFCG_INLINE void refcg_dw_px_avx512(const refcg_dw_job* j, const uint8_t* base, int64_t pstride, const int32_t* wide,
-                                     const int64_t* toff, int32_t taps, int32_t c0, int64_t out_off, const int PX) {
+                                     const int64_t* toff, int32_t taps, int32_t c0, const refcg_rqv_avx512* r,
+                                     __m512i corr, int64_t out_off, const int PX) {
   __m512i acc[4];
-  for (int q = 0; q < PX; ++q) acc[q] = _mm512_setzero_si512();
+  for (int q = 0; q < PX; ++q) acc[q] = corr;
   for (int32_t t = 0; t < taps; ++t) {
     const __m512i w = _mm512_load_si512(wide + 16 * t);
     for (int q = 0; q < PX; ++q)
       acc[q] = _mm512_dpwssd_epi32(acc[q], _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(base + q * pstride + toff[t]))), w);
   }
   const int32_t nvalid = j->c - c0 < 16 ? j->c - c0 : 16;
-  for (int q = 0; q < PX; ++q) {
-    int32_t t[16];
-    _mm512_storeu_si512(t, acc[q]);
-    refcg_epi_avx512(&j->epi, t, c0, nvalid, out_off + q * j->o_w);
-  }
+  for (int q = 0; q < PX; ++q) refcg_epi_vec_avx512(&j->epi, r, acc[q], c0, nvalid, out_off + q * j->o_w);
 }
 
 static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
@@ -385,15 +603,148 @@ static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
   for (int32_t c0 = 0; c0 < j->c; c0 += 16) {
     for (int32_t t = 0; t < taps; ++t)
       _mm512_store_si512(wide + 16 * t, _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)(j->w + (int64_t)t * j->cp + c0))));
+    const __mmask16 mask = (__mmask16)((1u << (j->c - c0 < 16 ? j->c - c0 : 16)) - 1u);
+    const refcg_rqv_avx512 r = refcg_rqv_load_avx512(j->epi.rq, c0, mask, 1);
+    const __m512i corr = _mm512_maskz_loadu_epi32(mask, j->epi.corr + c0);
     for (int64_t oh = r0; oh < r1; ++oh) {
       const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
       int32_t ow = 0;
       for (; ow + 4 <= j->out_w; ow += 4)
-        refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, oh * j->o_h + ow * j->o_w, 4);
+        refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, &r, corr, oh * j->o_h + ow * j->o_w, 4);
       for (; ow < j->out_w; ++ow)
-        refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, oh * j->o_h + ow * j->o_w, 1);
+        refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, &r, corr, oh * j->o_h + ow * j->o_w, 1);
     }
   }
+}
+
+/* Store 16 pixels (raw accumulators + correction) of one output row at off, n valid (o_w == 1). */
+REFCG_INLINE void refcg_dwp_store_avx512(const refcg_epi* e, const refcg_rqv_avx512* r, __m512i acc, int32_t oc,
+                                         int64_t off, int32_t n) {
+  if (!e->rq_vector) {
+    int32_t t[16];
+    _mm512_storeu_si512(t, acc);
+    for (int32_t l = 0; l < n; ++l) refcg_store(e->out, off + l, e->out_dtype, refcg_requantize_one(e->rq, t[l], oc));
+    return;
+  }
+  const __mmask16 mask = (__mmask16)((1u << n) - 1u);
+  const __m512i v = refcg_rq_apply_avx512(r, acc);
+  if (e->out_dtype == REFCG_S32)
+    _mm512_mask_storeu_epi32((int32_t*)e->out + off, mask, v);
+  else
+    _mm512_mask_cvtepi32_storeu_epi8((uint8_t*)e->out + off, mask, v); /* values are in range */
+}
+
+/* Expand a padded row: per group and 16 pixels one 64-byte load, vpermd (lane k: bytes from
+ * 4 * k * sw) and vpshufb (the Q taps of each pixel into its 32-bit lane). */
+REFCG_INLINE void refcg_dwp_expand_avx512(const refcg_dwp_job* j, const uint8_t* row, int32_t* e) {
+  const __m512i idx = _mm512_loadu_si512(j->ix), ctl = _mm512_loadu_si512(j->ctl);
+  const int32_t sw = j->p->stride_w, qdw = j->q * j->p->dilation_w, owp = j->owp;
+  for (int32_t i = 0; i < j->g; ++i, row += qdw, e += owp)
+    for (int32_t ow = 0; ow < owp; ow += 16)
+      _mm512_store_si512(e + ow, _mm512_shuffle_epi8(_mm512_permutexvar_epi32(idx, _mm512_loadu_si512(row + ow * sw)), ctl));
+}
+
+/* The requantize constants and correction of one output channel. */
+typedef struct {
+  refcg_rqv_avx512 r;
+  __m512i corr;
+} refcg_dwpk_avx512;
+
+/* NB blocks of 16 pixels: vpdpbusd per kernel row and group; KH, G nonzero: the kernel rows and
+ * groups known at compile time (loops unrolled). */
+REFCG_INLINE void refcg_dwp_nb_avx512(const refcg_dwp_strip* s, const refcg_dwpk_avx512* k, int64_t lane_off,
+                                      int64_t off, int32_t n, const int KH, const int G, const int NB) {
+  __m512i acc[4];
+  for (int b = 0; b < NB; ++b) acc[b] = k->corr;
+  const int32_t kh = KH ? KH : s->kh, g = G ? G : s->g, owp = s->owp;
+  const int32_t* e = s->e + lane_off;
+  for (int32_t r = 0; r < kh; ++r, e += s->row_step)
+    for (int32_t i = 0; i < g; ++i) {
+      const __m512i w = _mm512_set1_epi32(s->words[r * g + i]);
+      for (int b = 0; b < NB; ++b) acc[b] = _mm512_dpbusd_epi32(acc[b], _mm512_load_si512(e + i * owp + 16 * b), w);
+    }
+  for (int b = 0; b < NB; ++b) refcg_dwp_store_avx512(&s->epi, &k->r, acc[b], s->oc, off + 16 * b, n - 16 * b < 16 ? n - 16 * b : 16);
+}
+
+REFCG_INLINE void refcg_dwp_blocks_avx512(const refcg_dwp_strip* s, const void* k, int64_t lane_off, int64_t off,
+                                          int32_t n, int32_t nb) {
+  REFCG_NB_SWITCH(nb, refcg_dwp_nb_avx512, s, (const refcg_dwpk_avx512*)k, lane_off, off, n, 0, 0);
+}
+
+REFCG_INLINE void refcg_dwp_blocks3x3_avx512(const refcg_dwp_strip* s, const void* k, int64_t lane_off, int64_t off,
+                                             int32_t n, int32_t nb) {
+  REFCG_NB_SWITCH(nb, refcg_dwp_nb_avx512, s, (const refcg_dwpk_avx512*)k, lane_off, off, n, 3, 1);
+}
+
+/* 3x3 kernels (one group per kernel row) get unrolled loops. */
+REFCG_INLINE void refcg_dwp_strip_avx512(const refcg_dwp_job* j, const int32_t* e, const int32_t* words, int32_t oc,
+                                         int32_t oh0, int32_t oh1) {
+  const refcg_dwp_strip s = refcg_dwp_strip_of(j, e, words, oc);
+  const refcg_dwpk_avx512 k = {refcg_rqv_load_avx512(s.epi.rq, oc, 0, 0), _mm512_set1_epi32(s.epi.corr[oc])};
+  if (s.kh == 3 && s.g == 1)
+    refcg_dwp_walk(j, &s, &k, oh0, oh1, 16, refcg_dwp_blocks3x3_avx512);
+  else
+    refcg_dwp_walk(j, &s, &k, oh0, oh1, 16, refcg_dwp_blocks_avx512);
+}
+
+static void refcg_dwp_avx512(const void* ctx, int64_t c0, int64_t c1) {
+  refcg_dwp_channels((const refcg_dwp_job*)ctx, c0, c1, 8, refcg_dwp_expand_avx512, refcg_dwp_strip_avx512);
+}
+
+/* ---- qnn.add / subtract / mul: 16 elements per step, requantized like refcg_binary_one ---- */
+typedef struct {
+  refcg_rqv_avx512 ra, rb;
+  __m512i azp, bzp, ozp, lo, hi;
+} refcg_binc_avx512;
+
+/* Up to 16 8-bit elements at x (stride 1) or x[0] in every lane (stride 0) as int32. */
+REFCG_INLINE __m512i refcg_bin_load_avx512(const uint8_t* x, int64_t stride, int32_t dtype, __mmask16 mask) {
+  if (stride == 0) return _mm512_set1_epi32(refcg_load(x, 0, dtype));
+  const __m128i v = _mm_maskz_loadu_epi8(mask, x);
+  return dtype == REFCG_S8 ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+}
+
+REFCG_INLINE void refcg_bin_row_avx512(const refcg_bin_job* j, const void* ctx, int64_t ia, int64_t ib, int64_t io,
+                                       int64_t n) {
+  const refcg_binc_avx512* k = (const refcg_binc_avx512*)ctx;
+  const refcg_binary_params* p = j->p;
+  const int64_t sa = j->as[j->ndim - 1], sb = j->bs[j->ndim - 1];
+  const int32_t op = p->op, adt = p->a_dtype, bdt = p->b_dtype;
+  const uint8_t* a = j->a + ia;
+  const uint8_t* b = j->b + ib;
+  uint8_t* out = j->out + io;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+    const __m512i x = refcg_bin_load_avx512(a + i * sa, sa, adt, mask), y = refcg_bin_load_avx512(b + i * sb, sb, bdt, mask);
+    __m512i v;
+    if (op == REFCG_BIN_MUL) { /* (x - a_zp) * (y - b_zp) wraps in int32, then one requantize that clamps */
+      v = refcg_rq_apply_avx512(&k->ra, _mm512_mullo_epi32(_mm512_sub_epi32(x, k->azp), _mm512_sub_epi32(y, k->bzp)));
+    } else {
+      const __m512i qa = refcg_rq_apply_avx512(&k->ra, x), qb = refcg_rq_apply_avx512(&k->rb, y);
+      v = op == REFCG_BIN_ADD ? _mm512_sub_epi32(_mm512_add_epi32(qa, qb), k->ozp)
+                              : _mm512_add_epi32(_mm512_sub_epi32(qa, qb), k->ozp);
+      v = _mm512_max_epi32(_mm512_min_epi32(v, k->hi), k->lo);
+    }
+    _mm512_mask_cvtepi32_storeu_epi8(out + i, mask, v);
+  }
+}
+
+static void refcg_pool_avx512(const void* ctx, int64_t q0, int64_t q1) {
+  refcg_pool_planes((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
+}
+
+static void refcg_bin_avx512(const void* ctx, int64_t r0, int64_t r1) {
+  const refcg_bin_job* j = (const refcg_bin_job*)ctx;
+  const refcg_binary_params* p = j->p;
+  refcg_binc_avx512 k;
+  k.ra = refcg_rqv_load_avx512(&p->rq_a, 0, 0, 0);
+  k.rb = refcg_rqv_load_avx512(&p->rq_b, 0, 0, 0);
+  k.azp = _mm512_set1_epi32(p->a_zp);
+  k.bzp = _mm512_set1_epi32(p->b_zp);
+  k.ozp = _mm512_set1_epi32(p->out_zp);
+  k.lo = _mm512_set1_epi32(p->out_min);
+  k.hi = _mm512_set1_epi32(p->out_max);
+  refcg_bin_rows(j, &k, r0, r1, refcg_bin_row_avx512);
 }
 
 #if defined(__clang__)

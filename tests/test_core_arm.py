@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from refcodegen.core_cffi import Conv2D, Core, Dense
+from refcodegen.core_cffi import DTYPE_CODE, Conv2D, Core, Dense
 from refcodegen.emit import bundled_core, c_ints
 from refcodegen.numerics import make_requantize
 
@@ -73,13 +73,15 @@ def arm_binary(tmp_path_factory):
         ("NHWC", 19, 37, (9, 8), (3, 3), (1, 1), (1, 1, 1, 1), 1, "int8"),
         ("NCHW", 5, 16, (7, 11), (3, 5), (2, 1), (1, 2, 0, 1), 1, "uint8"),
         ("NHWC", 35, 35, (8, 9), (3, 3), (2, 2), (1, 1, 1, 1), 35, "int8"),
+        ("NCHW", 20, 20, (9, 37), (3, 3), (1, 1), (1, 1, 1, 1), 20, "int8"),  # plane kernels, pixel tails
+        ("NCHW", 7, 7, (10, 21), (5, 5), (2, 2), (2, 2, 2, 2), 7, "uint8"),
     ]
     for i, (layout, cin, cout, (h, w), kernel, stride, pad, groups, dtype) in enumerate(shapes):
         x_nhwc = full_range(rng, (1, h, w, cin), dtype)
         x = x_nhwc if layout == "NHWC" else np.ascontiguousarray(x_nhwc.transpose(0, 3, 1, 2))
         weight = full_range(rng, (cout, *kernel, cin // groups), "int8")
         bias = rng.integers(-20000, 20000, cout).astype(np.int32)
-        mode = [("UPWARD", "int64"), ("TONEAREST", "float32"), ("UPWARD", "int64-neon")][i]
+        mode = [("UPWARD", "int64"), ("TONEAREST", "float32"), ("UPWARD", "int64-neon")][i % 3]
         rq = make_requantize(rng.uniform(1e-4, 4e-4, cout).astype("float32"), np.float32(1.0), 0, -3, "int8", *mode)
         izp = 3 if dtype == "int8" else 120
         conv = Conv2D(core, in_shape=x.shape, layout=layout, weight_ohwi=weight, strides=stride, padding=pad,
@@ -94,6 +96,16 @@ def arm_binary(tmp_path_factory):
                   input_zp=-2, requant=rq)
     convs.append(emit_dense(0, dense, x, rq, conv.run(x.reshape(1, 5, 1, 300), fast=False)))
     checks.append("  bad += check(\"dense0\", refcg_dense(&dp0, &dg0, &drq0, dx0, out), dwant0, sizeof(dwant0));")
+    for i, (kind, dtype) in enumerate([("max", "int8"), ("avg", "uint8")]):  # pools on NCHW planes
+        x = full_range(rng, (1, 6, 13, 37), dtype)
+        values = [1, 13, 37, 6, 7, 19, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, int(kind == "avg"), 0] + [DTYPE_CODE[dtype]] * 2
+        p = core.ffi.new("refcg_pool2d_params*", values + [[6 * 13 * 37, 37, 1, 13 * 37], [6 * 7 * 19, 19, 1, 7 * 19]])
+        want = np.empty((1, 6, 7, 19), dtype)
+        assert core.lib.refcg_pool2d_ref(p, core.ffi.from_buffer(x), core.ffi.from_buffer(want)) == 0
+        convs.append(c_array("int8_t" if dtype == "int8" else "uint8_t", f"px{i}", x) + c_array("int8_t", f"pwant{i}", want.view(np.int8))
+                     + f"static const refcg_pool2d_params pp{i} = {{ {', '.join(map(str, values))}, "
+                     f"{{ {6 * 13 * 37}, 37, 1, {13 * 37} }}, {{ {6 * 7 * 19}, 19, 1, {7 * 19} }} }};\n")
+        checks.append(f"  bad += check(\"pool{i}\", refcg_pool2d(&pp{i}, px{i}, out), pwant{i}, sizeof(pwant{i}));")
     program = ("#include <stdio.h>\n#include <stdint.h>\n#include <string.h>\n" + bundled_core() + "\n"
                + "".join(convs) + """
 static int8_t out[1 << 16];
@@ -112,7 +124,7 @@ int main(void) {
     (work / "core_arm.c").write_text(program)
     exe = work / "core_arm"
     subprocess.run([CROSS, "-O2", "-static", "-Wall", "-Wextra", "-Werror",
-                    str(work / "core_arm.c"), "-o", str(exe)], check=True, capture_output=True)
+                    str(work / "core_arm.c"), "-o", str(exe), "-lm"], check=True, capture_output=True)
     return exe
 
 

@@ -16,10 +16,14 @@ from refcodegen.core_cffi import Core
 
 
 def network(rng):
-    """NCHW conv (GEMM path, transposed copy) -> depthwise -> 1x1, full-range int8 weights."""
+    """NCHW conv (GEMM path, transposed copy) -> max pool + residual qnn.add -> depthwise (plane
+    kernels) -> 1x1, full-range int8 weights."""
     x = relay.var("x", shape=(1, 13, 15, 14), dtype="int8")
     y = qconv_block(x, rng, in_c=13, out_c=24, per_channel=True, clip=(-100, 127), input_zp=-3, output_zp=2)
-    y = qconv_block(y, rng, in_c=24, out_c=24, groups=24, strides=(2, 2), input_scale=0.1, input_zp=2)
+    pooled = relay.nn.max_pool2d(y, pool_size=(3, 3), padding=(1, 1))
+    q = (relay.const(np.float32(0.1)), relay.const(2))
+    y = relay.qnn.op.add(y, pooled, *q, *q, relay.const(np.float32(0.12)), relay.const(-1))
+    y = qconv_block(y, rng, in_c=24, out_c=24, groups=24, strides=(2, 2), input_scale=0.12, input_zp=-1)
     y = qconv_block(y, rng, in_c=24, out_c=35, kernel=(1, 1), padding=(0, 0), input_scale=0.1)
     return module([x], y), {"x": random_int(rng, (1, 13, 15, 14), "int8")}
 
@@ -71,6 +75,7 @@ def test_thread_pool_results_identical(built, threads, tmp_path):
 def test_generated_c_compiles_warning_free(built, tmp_path, language):
     _, _, _, sources = built
     assert sources and all("refcg_conv2d(&" in s for s in sources)
+    assert any("refcg_binary(&" in s for s in sources) and any("refcg_pool2d(&" in s for s in sources)
     includes = []
     for path in tvm._ffi.libinfo.find_include_path():
         includes += ["-I", path]

@@ -105,6 +105,187 @@ def test_conv_variants_bit_exact(core, variant_env, shape, layout, in_dtype):
             assert np.array_equal(got, ref), f"{isa} {out_dtype} mode {rq.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
 
 
+def requant_cases(rng, want, out_c):
+    """int32 out, every requantize mode (per-channel and per-tensor alternating), clipped uint8."""
+    spread = 60.0 / (float(want.std()) + 1.0)  # outputs spread over ~+-100 before clamping
+    cases = [("int32", no_requantize())]
+    for index, (rounding, compute) in enumerate(MODES):
+        per_channel = index % 2 == 0
+        scale = np.asarray(rng.uniform(0.5 * spread, 1.5 * spread, out_c if per_channel else None), "float32")
+        cases.append(("int8", make_requantize(scale, np.float32(1.0), 0, -5, "int8", rounding, compute)))
+    cases.append(("uint8", make_requantize(np.float32(spread), np.float32(1.0), 0, 100, "uint8", "UPWARD", "int64",
+                                           (20.0, 240.0))))
+    return cases
+
+
+# channels, multiplier, hw, kernel, stride, pad (t, l, b, r), dilation: pixel tails of 16 and 8,
+# 5-wide rows (two tap groups), strides 1-4 with dilation (fewer taps per lane), stride 5 and a
+# 3000-pixel row (the NHWC path)
+DW_SHAPES = [
+    (20, 1, (9, 37), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    (7, 2, (11, 21), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    (5, 1, (8, 19), (5, 5), (1, 2), (2, 2, 2, 2), (1, 1)),
+    (3, 3, (12, 17), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),
+    (17, 1, (6, 40), (3, 7), (3, 4), (1, 3, 1, 3), (1, 3)),
+    (4, 1, (7, 23), (3, 3), (2, 5), (1, 1, 1, 1), (1, 1)),
+    (2, 1, (3, 3000), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("shape", DW_SHAPES, ids=lambda s: f"c{s[0]}m{s[1]}w{s[2][1]}k{s[3][1]}s{s[4][1]}d{s[6][1]}")
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
+def test_depthwise_variants_bit_exact(core, variant_env, shape, layout, in_dtype):
+    """Depthwise on full-range data, every variant against the reference and numpy: the plane
+    kernels (NCHW) and the channel kernels (NHWC), channel multipliers on the plane kernels."""
+    from refcodegen.packing import pack_conv2d_fast
+
+    c, mult, (h, w), kernel, stride, pad, dilation = shape
+    rng = np.random.default_rng(zlib.crc32(repr((shape, layout, in_dtype)).encode()))
+    x_nhwc = full_range(rng, (1, h, w, c), in_dtype)
+    weight = full_range(rng, (c * mult, *kernel, 1), "int8")
+    bias = rng.integers(-30000, 30000, c * mult).astype(np.int32)
+    izp = -128 if in_dtype == "int8" else 255
+    x = x_nhwc if layout == "NHWC" else np.ascontiguousarray(x_nhwc.transpose(0, 3, 1, 2))
+    common = dict(in_shape=x.shape, layout=layout, weight_ohwi=weight, strides=stride, padding=pad,
+                  dilation=dilation, groups=c, in_dtype=in_dtype, input_zp=izp)
+    want = numpy_conv_nhwc(x_nhwc, weight, izp, 0, stride, pad, dilation, c)
+    for out_dtype, rq in requant_cases(rng, want, c * mult):
+        conv = Conv2D(core, out_dtype=out_dtype, bias=bias, requant=rq, **common)
+        if mult > 1:  # the depthwise packing read with one input channel per output channel
+            params = {key: getattr(conv.p, key) for key in ("kernel_zp", "input_zp", "groups")}
+            conv.f = core.conv_fast(pack_conv2d_fast(weight, dict(params, groups=c * mult, in_c=c * mult), in_dtype, bias))
+        ref = conv.run(x, fast=False)
+        if out_dtype == "int32":
+            biased = ((want.astype(np.int64) + bias) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+            assert np.array_equal(ref if layout == "NHWC" else ref.transpose(0, 2, 3, 1), biased)
+        for isa in core.variants():
+            os.environ["REFCG_ISA"] = isa
+            got = conv.run(x)
+            assert np.array_equal(got, ref), f"{isa} {out_dtype} mode {rq.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
+
+
+def run_binary(core, op, x, y, out_dtype, rq_a, rq_b, zps, out_range, reference):
+    """refcg_binary (or refcg_binary_ref) with numpy broadcasting of x and y."""
+    from refcodegen.core_cffi import DTYPE_CODE
+
+    out_shape = np.broadcast_shapes(x.shape, y.shape)
+    ndim = len(out_shape)
+    p = core.ffi.new("refcg_binary_params*")
+    p.op, p.ndim = {"add": 0, "sub": 1, "mul": 2}[op], ndim
+    p.shape = list(out_shape) + [0] * (6 - ndim)
+    for name, arr in (("a_stride", x), ("b_stride", y)):
+        shape = (1,) * (ndim - arr.ndim) + arr.shape
+        compact = np.cumprod((shape[1:] + (1,))[::-1])[::-1]
+        setattr(p, name, [int(st) if dim != 1 else 0 for dim, st in zip(shape, compact)] + [0] * (6 - ndim))
+    p.a_dtype, p.b_dtype, p.out_dtype = DTYPE_CODE[str(x.dtype)], DTYPE_CODE[str(y.dtype)], DTYPE_CODE[out_dtype]
+    p.a_zp, p.b_zp, p.out_zp = zps
+    p.out_min, p.out_max = out_range
+    p.rq_a, p.rq_b = core.requant(rq_a)[0], core.requant(rq_b)[0]
+    out = np.empty(out_shape, out_dtype)
+    fn = core.lib.refcg_binary_ref if reference else core.lib.refcg_binary
+    assert fn(p, core.ffi.from_buffer(x), core.ffi.from_buffer(y), core.ffi.from_buffer(out)) == 0
+    return out
+
+
+# a shape, b shape: residual add, channel broadcast (NCHW and NHWC), a scalar, a row tail of 37,
+# rows longer than a 4096-element chunk
+BINARY_SHAPES = [((1, 16, 7, 9), (1, 16, 7, 9)), ((1, 5, 3, 37), (1, 5, 1, 1)), ((2, 3, 4, 21), (21,)),
+                 ((1, 1), (3, 1, 1, 1)), ((4, 33), (4, 1)), ((3, 4500), (4500,))]
+
+
+@pytest.mark.parametrize("shapes", BINARY_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+def test_binary_variants_bit_exact(core, variant_env, shapes, op):
+    """qnn.add/subtract/mul on full-range int8 x uint8 data, every requantize mode, every variant
+    against the reference; the identity-scale add against numpy."""
+    rng = np.random.default_rng(zlib.crc32(repr((shapes, op)).encode()))
+    x, y = full_range(rng, shapes[0], "int8"), full_range(rng, shapes[1], "uint8")
+    zps, out_range = (-3, 131, 7), (-128, 127)
+    for rounding, compute in MODES:
+        if op == "mul":
+            rq_a = rq_b = make_requantize(np.float32(0.002), np.float32(1.0), 0, zps[2], "int8", rounding, compute)
+        else:
+            rq_a = make_requantize(np.float32(0.7), np.float32(1.0), zps[0], zps[2], "int32", rounding, compute)
+            rq_b = make_requantize(np.float32(0.45), np.float32(1.0), zps[1], zps[2], "int32", rounding, compute)
+        ref = run_binary(core, op, x, y, "int8", rq_a, rq_b, zps, out_range, reference=True)
+        assert len(np.unique(ref)) > min(8, ref.size - 1)  # the requantize does not collapse everything
+        for isa in core.variants():
+            os.environ["REFCG_ISA"] = isa
+            got = run_binary(core, op, x, y, "int8", rq_a, rq_b, zps, out_range, reference=False)
+            assert np.array_equal(got, ref), f"{isa} mode {rq_a.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
+    if op == "add":  # equal scales: TVM skips the multiplies, a plain integer sum
+        same = make_requantize(np.float32(1.0), np.float32(1.0), zps[0], zps[2], "int32", "UPWARD", "int64")
+        same_b = make_requantize(np.float32(1.0), np.float32(1.0), zps[1], zps[2], "int32", "UPWARD", "int64")
+        want = np.clip(x.astype(np.int64) - zps[0] + y.astype(np.int64) - zps[1] + zps[2], *out_range)
+        for isa in core.variants():
+            os.environ["REFCG_ISA"] = isa
+            assert np.array_equal(run_binary(core, op, x, y, "int8", same, same_b, zps, out_range, False), want), isa
+
+
+def numpy_pool_nchw(x, kernel, stride, pad, dilation, out_hw, is_avg, include_pad):
+    """topi's pool on NCHW: max over the taps inside the input, or the int32 sum / count truncated."""
+    n, c, h, w = x.shape
+    out = np.zeros((n, c, *out_hw), np.int64)
+    for oh in range(out_hw[0]):
+        for ow in range(out_hw[1]):
+            rows = [oh * stride[0] - pad[0] + k * dilation[0] for k in range(kernel[0])]
+            cols = [ow * stride[1] - pad[1] + k * dilation[1] for k in range(kernel[1])]
+            inside_r, inside_c = [r for r in rows if 0 <= r < h], [q for q in cols if 0 <= q < w]
+            taps = x[:, :, inside_r][:, :, :, inside_c].astype(np.int64).reshape(n, c, -1)
+            if not is_avg:
+                out[:, :, oh, ow] = taps.max(axis=2) if taps.shape[2] else np.iinfo(x.dtype).min
+                continue
+            if include_pad:
+                count = sum(r < h + pad[2] for r in rows) * sum(q < w + pad[3] for q in cols)
+            else:
+                count = len(inside_r) * len(inside_c)
+            total = taps.sum(axis=2)
+            out[:, :, oh, ow] = np.trunc(total / max(count, 1)).astype(np.int64)
+    return out
+
+
+# channels, hw, kernel, stride, pad (t, l, b, r), dilation, out hw (None: floor mode, else ceil mode)
+POOL_SHAPES = [
+    (5, (13, 37), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), None),
+    (3, (9, 20), (2, 3), (1, 3), (0, 2, 1, 2), (2, 1), None),
+    (4, (10, 11), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), (5, 5)),  # ceil mode: taps past the padding
+    (6, (7, 7), (7, 7), (1, 1), (0, 0, 0, 0), (1, 1), None),  # global
+]
+
+
+@pytest.mark.parametrize("shape", POOL_SHAPES, ids=lambda s: f"c{s[0]}w{s[1][1]}k{s[2][1]}s{s[3][1]}")
+@pytest.mark.parametrize("kind", ["max", "avg", "avg_pad", "avg_int32"])
+@pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
+def test_pool_variants_bit_exact(core, variant_env, shape, kind, in_dtype):
+    from refcodegen.core_cffi import DTYPE_CODE
+
+    c, (h, w), kernel, stride, pad, dilation, out_hw = shape
+    if out_hw is None:
+        out_hw = tuple((size + pad[i] + pad[i + 2] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
+                       for i, size in enumerate((h, w)))
+    rng = np.random.default_rng(zlib.crc32(repr((shape, kind, in_dtype)).encode()))
+    x = full_range(rng, (2, c, h, w), in_dtype)
+    out_dtype = "int32" if kind == "avg_int32" else in_dtype
+    is_avg, include_pad = int(kind != "max"), int(kind == "avg_pad")
+    p = core.ffi.new("refcg_pool2d_params*")
+    values = dict(batch=2, in_h=h, in_w=w, channels=c, out_h=out_hw[0], out_w=out_hw[1], kernel_h=kernel[0],
+                  kernel_w=kernel[1], stride_h=stride[0], stride_w=stride[1], dilation_h=dilation[0],
+                  dilation_w=dilation[1], pad_top=pad[0], pad_left=pad[1], pad_bottom=pad[2], pad_right=pad[3],
+                  is_avg=is_avg, count_include_pad=include_pad, in_dtype=DTYPE_CODE[in_dtype],
+                  out_dtype=DTYPE_CODE[out_dtype])
+    for key, value in values.items():
+        setattr(p, key, value)
+    p.in_stride = [c * h * w, w, 1, h * w]
+    p.out_stride = [c * out_hw[0] * out_hw[1], out_hw[1], 1, out_hw[0] * out_hw[1]]
+    want = numpy_pool_nchw(x, kernel, stride, pad, dilation, out_hw, is_avg, include_pad)
+    for isa, fn in [("scalar", core.lib.refcg_pool2d_ref)] + [(isa, core.lib.refcg_pool2d) for isa in core.variants()]:
+        os.environ["REFCG_ISA"] = isa
+        out = np.full((2, c, *out_hw), 99, out_dtype)
+        assert fn(p, core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
+        assert np.array_equal(out, want), f"{isa}: {np.abs(out - want).max()}"
+
+
 @pytest.mark.parametrize("batch,features,units", [(1, 1024, 1000), (7, 77, 45), (13, 256, 33)])
 @pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
 def test_dense_variants_match_numpy(core, variant_env, batch, features, units, in_dtype):

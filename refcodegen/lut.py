@@ -1,0 +1,167 @@
+"""256-entry lookup tables for unary ops on 8-bit tensors, computed by TVM itself.
+
+``qnn.sigmoid``/``tanh``/``hardswish``/``leaky_relu`` and ``dequantize -> float op -> quantize``
+chains are functions of one int8/uint8 value, but TVM-only computes them with float math whose
+exact results depend on its lowering (libm exp, the fast tanh polynomial, the requantize mode of
+leaky_relu, the target's instruction set). Instead of re-deriving each, refcg builds the composite's
+own body on all 256 input values with ``relay.build`` under the build target, the active
+PassContext and the active ``requantize_config``, and runs it: the table holds exactly what
+TVM-only computes for each value. That needs a target this host can run, except for the ops TVM
+itself turns into a table computed on the build host (``HOST_TABLE_OPS``).
+"""
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+
+import numpy as np
+import tvm
+from tvm import relay
+from tvm.contrib import graph_executor
+from tvm.target import codegen
+
+from .errors import RefcgError
+
+
+# LLVM features that only tune code generation: a host without them still runs the code
+_TUNING_PREFIXES = ("false-deps-", "fast-", "faster-", "slow-", "tuning-", "prefer-", "no-bypass-", "idiv", "lea-",
+                    "branchfusion", "macrofusion", "sbb-dep-breaking", "allow-light-", "use-")
+
+
+@lru_cache(maxsize=None)
+def _host_features() -> frozenset:
+    """Features of this host's CPU model, plus the baseline every llvm target of this triple has."""
+    host = tvm.target.Target(f"llvm -mcpu={codegen.llvm_get_system_cpu()}")
+    baseline = tvm.target.Target("llvm")
+    return frozenset(codegen.llvm_get_cpu_features(host)) | frozenset(codegen.llvm_get_cpu_features(baseline))
+
+
+@lru_cache(maxsize=None)
+def _cannot_run(target_str: str) -> str | None:
+    target = tvm.target.Target(target_str)
+    if str(target.kind) != "llvm":
+        return f"target kind {target.kind} is not llvm"
+    triple = str(target.attrs.get("mtriple", "") or "")
+    host_arch = codegen.llvm_get_system_triple().split("-")[0]
+    if triple and triple.split("-")[0] != host_arch:
+        return f"target triple {triple} does not run on this {host_arch} host"
+    missing = {f for f in codegen.llvm_get_cpu_features(target) if not f.startswith(_TUNING_PREFIXES)}
+    missing -= _host_features()
+    if missing:
+        return f"target needs CPU features this host lacks ({', '.join(sorted(missing)[:4])})"
+    return None
+
+
+def cannot_run(target) -> str | None:
+    """Why the lookup table of an op built for ``target`` cannot be computed here (None: it can)."""
+    if target is None:
+        return None
+    reason = _cannot_run(str(tvm.target.Target(target)))
+    return f"lookup table must be computed by running TVM's build for the target: {reason}" if reason else None
+
+
+def partition_target():
+    """The ``target=`` given to ``partition_for_refcg`` that is running on the Python stack, if any.
+
+    Checks run inside MergeComposite; the target reaches them like the build target reaches the
+    codegen (build_target.targets_on_stack): from the caller's frame.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "partition_for_refcg" and code.co_filename.endswith("partition.py"):
+            return frame.f_locals.get("target")
+        frame = frame.f_back
+    return None
+
+
+def _config_key() -> tuple:
+    from tvm.relay.qnn.op.qnn import current_requantize_config
+
+    config = current_requantize_config()
+    ctx = tvm.transform.PassContext.current()
+    return (str(config.rounding), str(config.compute_dtype), int(ctx.opt_level),
+            tuple(sorted(str(p) for p in ctx.required_pass)), tuple(sorted(str(p) for p in ctx.disabled_pass)),
+            str(ctx.config))
+
+
+# TVM legalizes these to a table it computes on the build host (numpy and the VM with target llvm,
+# relay/qnn/op/legalizations.py), whatever the build target: so does refcg.
+HOST_TABLE_OPS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish")
+
+
+def table_target(op_name: str | None, target):
+    """The target whose build computes the table of an op whose anchor is ``op_name``."""
+    return tvm.target.Target("llvm") if op_name in HOST_TABLE_OPS else target
+
+
+def cannot_compute(op_name: str | None, target) -> str | None:
+    """Why the table of an op anchored at ``op_name`` cannot be computed for ``target`` (None: it can)."""
+    return cannot_run(table_target(op_name, target))
+
+
+def _op_name(func: relay.Function) -> str | None:
+    body = func.body
+    return body.op.name if isinstance(body, relay.Call) and isinstance(body.op, tvm.ir.Op) else None
+
+
+_TABLES: dict = {}
+
+
+def _standalone(func: relay.Function) -> relay.Function:
+    """``func``'s body on a 256-element input (every bit pattern of its 8-bit parameter)."""
+    (param,) = func.params
+    values = relay.var("x", shape=(256,), dtype=str(param.checked_type.dtype))
+    return relay.Function([values], relay.bind(func.body, {param: values}))
+
+
+def _key(standalone: relay.Function, target) -> tuple:
+    text = str(relay.transform.InferType()(tvm.IRModule.from_expr(standalone)))
+    return text, str(target), _config_key()
+
+
+def compute_tables(funcs: list, target) -> None:
+    """Build and run the tables of ``funcs`` not computed yet, one ``relay.build`` per table target."""
+    pending: dict = {}
+    for func in funcs:
+        where = table_target(_op_name(func), target)
+        reason = cannot_run(where)
+        if reason:
+            raise RefcgError(_op_name(func) or "unary op", "target",
+                             reason + "; pass target= to partition_for_refcg to keep the op in TVM")
+        standalone = _standalone(func)
+        key = _key(standalone, where)
+        if key not in _TABLES:
+            pending.setdefault(str(where), {})[key] = standalone
+    for where, todo in pending.items():
+        keys, parts = list(todo), list(todo.values())
+        params = [relay.var(f"x{i}", shape=(256,), dtype=p.params[0].type_annotation.dtype) for i, p in enumerate(parts)]
+        body = relay.Tuple([relay.bind(p.body, {p.params[0]: v}) for p, v in zip(parts, params)])
+        mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function(params, body)))
+        # the build in progress's PassContext and requantize_config stay active here
+        lib = relay.build(mod, target=where)
+        runner = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+        for i, v in enumerate(params):
+            runner.set_input(i, tvm.nd.array(np.arange(256, dtype="uint8").view(v.type_annotation.dtype)))
+        runner.run()
+        for i, key in enumerate(keys):
+            _TABLES[key] = runner.get_output(i).numpy()
+
+
+def prepare(func: relay.Function, target) -> None:
+    """Compute the tables of every refcg.lut composite of a partition in one go."""
+    funcs = []
+
+    def visit(node):
+        if isinstance(node, relay.Call) and isinstance(node.op, relay.Function) and node.op.attrs \
+                and str(node.op.attrs.get("Composite", "")) == "refcg.lut":
+            funcs.append(node.op)
+
+    relay.analysis.post_order_visit(func.body, visit)
+    compute_tables(funcs, target)
+
+
+def lookup_table(func: relay.Function, target) -> np.ndarray:
+    """What TVM-only computes for ``func`` (one 8-bit parameter, elementwise) on each bit pattern 0..255."""
+    compute_tables([func], target)
+    return _TABLES[_key(_standalone(func), table_target(_op_name(func), target))]

@@ -1,0 +1,14 @@
+/*
+ * Table-driven unary ops: qnn.sigmoid/tanh/hardswish/leaky_relu and dequantize -> op -> quantize.
+ * The 256-entry table is computed at codegen time by TVM itself (refcodegen/lut.py), indexed
+ * by the input's bit pattern, so int8 and uint8 inputs and outputs share one kernel.
+ */
+#include "refcg.h"
+
+REFCG_API int refcg_lut_ref(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output) {
+  if (p->size < 0) return -1;
+  const uint8_t* in = (const uint8_t*)input;
+  uint8_t* out = (uint8_t*)output;
+  for (int64_t i = 0; i < p->size; ++i) out[i] = table[in[i]];
+  return 0;
+}
