@@ -440,7 +440,7 @@ def main() -> None:
                         and name[:4] != "mobi":
                     diff = int(np.abs(outputs[runner]().astype(np.int64) - exact().astype(np.int64)).max())
                 rows.append(dict(workload=name, threads=threads, runner=runner, ms=seconds * 1e3, gmacs=gmacs,
-                                 peak_pct=100 * gmacs / peak, vs_refcg=seconds * 1e3 / ref_ms, maxdiff_vs_llvm=diff))
+                                 peak_pct=100 * gmacs / (peak * threads), vs_refcg=seconds * 1e3 / ref_ms, maxdiff_vs_llvm=diff))
         print_rows([r for r in rows if r["workload"] == name], macs)
         for note in notes:
             print(f"  note: {note}")
