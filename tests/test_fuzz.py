@@ -476,6 +476,15 @@ class _Phases:
         self.last = now
 
 
+def _export_and_run(lib, path, inputs, phase, who: str):
+    """export_library + load + run, timed as two phases."""
+    lib.export_library(str(path))
+    phase(f"{who} export_library")
+    outputs = run(load(str(path)), inputs)
+    phase("load + run")
+    return outputs
+
+
 def check_batch(specs: list[ChainSpec], numerics: str, tmp_path, merge: bool = False, timings=None) -> dict:
     """Build TVM-only and refcg, compare every chain; returns counts and the mismatching specs."""
     phase = _Phases(timings)
@@ -500,10 +509,7 @@ def check_batch(specs: list[ChainSpec], numerics: str, tmp_path, merge: bool = F
                 return nothing
             lib, mod, inputs = tvm_only_build(specs, numerics)
         phase("TVM-only relay.build")
-        lib.export_library(str(tmp_path / "tvm_only.so"))
-        phase("TVM-only export_library")
-        reference = run(load(str(tmp_path / "tvm_only.so")), inputs)
-        phase("load + run")
+        reference = _export_and_run(lib, tmp_path / "tvm_only.so", inputs, phase, "TVM-only")
         partitioned = partition_for_refcg(mod)
         if merge:
             partitioned = merge_partitions(partitioned)
@@ -511,10 +517,7 @@ def check_batch(specs: list[ChainSpec], numerics: str, tmp_path, merge: bool = F
         with tvm.transform.PassContext(opt_level=3):
             lib = relay.build(partitioned, target=target)
         phase("refcg relay.build")
-        lib.export_library(str(tmp_path / "refcg.so"))
-        phase("refcg export_library")
-        actual = run(load(str(tmp_path / "refcg.so")), inputs)
-        phase("load + run")
+        actual = _export_and_run(lib, tmp_path / "refcg.so", inputs, phase, "refcg")
     report = offload_report(partitioned)
     mismatches = []
     for spec, want, got in zip(specs, reference, actual):
