@@ -15,7 +15,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(ARM_SETUP) || [ $$? -eq $(ARM_UNAVAILABLE) ]
 	cd tests && ../$(BIN)/python -c "import refcodegen as r; assert 'site-packages' in r.__file__, r.__file__"
-	cd tests && ../$(BIN)/pytest -q
+	cd tests && ../$(BIN)/pytest -q -n auto --maxprocesses=4
 
 # The emulated aarch64 host (cross compilers, qemu-user, an aarch64 python+TVM sysroot):
 # idempotent, 10 ms once done. `make test` runs it before pytest collects the ARM tests and

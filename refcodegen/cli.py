@@ -22,6 +22,7 @@ import tvm
 
 from . import runner
 from .codegen import generate_c
+from .emit import core_source
 from .errors import RefcgError
 from .frontends import load_model, parse_shape
 from .partition import refcg_functions
@@ -35,11 +36,13 @@ CXX ?= g++
 CFLAGS := -fPIC -Wall -Wextra -Werror $(addprefix -I,$(TVM_INCLUDE))
 OBJECTS := {objects}
 
-all: $(OBJECTS)
+all: refcg.so
+refcg.so: $(OBJECTS)
+\t$(CXX) -shared $^ -o $@
 %.o: %.c
 \t$(CXX) -x c++ $(CFLAGS) -c $< -o $@
 clean:
-\trm -f $(OBJECTS)
+\trm -f $(OBJECTS) refcg.so
 """
 
 
@@ -105,12 +108,15 @@ def cmd_emit(args):
             with open(os.path.join(args.output, f"{symbol}.c"), "w", encoding="utf-8") as f:
                 f.write(source)
             objects.append(f"{symbol}.o")
+        with open(os.path.join(args.output, "refcg_core.c"), "w", encoding="utf-8") as f:
+            f.write(core_source())  # once: every partition's C calls into it
+        objects.append("refcg_core.o")
     includes = " ".join(tvm._ffi.libinfo.find_include_path())
     with open(os.path.join(args.output, "Makefile"), "w", encoding="utf-8") as f:
         f.write(EMIT_MAKEFILE.format(includes=includes, objects=" ".join(sorted(objects))))
     with open(os.path.join(args.output, "report.txt"), "w", encoding="utf-8") as f:
         f.write(f"{offload_report(partitioned)}\n")
-    print(f"wrote {len(objects)} C file(s), Makefile and report.txt to {args.output} (build: make -C {args.output})")
+    print(f"wrote {len(objects)} C file(s) (the core and one per partition), Makefile and report.txt to {args.output} (build: make -C {args.output})")
 
 
 def bench(model, target: str, onnx_path: str | None = None, number: int = 5, repeat: int = 5):

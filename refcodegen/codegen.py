@@ -1,14 +1,17 @@
 """``relay.ext.refcg``: partition function in, CSourceModule out.
 
 Stages, one module each: scoped_fold (legalize-and-fold on a module holding only this
-partition) -> plan (typed kernel descriptions) -> emit (C from templates + core).
+partition) -> plan (typed kernel descriptions) -> emit (C from templates). The partition's
+module imports the shared core module (the runtime/ C core, one copy per library).
 """
 from __future__ import annotations
+
+from functools import lru_cache
 
 import tvm
 
 from .build_target import resolve_build_target
-from .emit import render
+from .emit import core_source, render
 from .errors import RefcgError
 from .patterns import COMPILER
 from .plan import build_plan
@@ -30,10 +33,19 @@ def generate_c(func) -> tuple[str, str]:
     return symbol, render(build_plan(folded, symbol, target))
 
 
+@lru_cache(maxsize=1)
+def core_module():
+    """The core as one C module, imported by every partition module: export_library collects an
+    imported module once (by identity), so a library holds one copy of the core."""
+    return tvm.get_global_func("runtime.CSourceModuleCreate")(core_source(), "c", [], [])
+
+
 @tvm.register_func(f"relay.ext.{COMPILER}")
 def refcg_codegen(func):
     symbol, code = generate_c(func)
-    return tvm.get_global_func("runtime.CSourceModuleCreate")(code, "c", [symbol], [])
+    module = tvm.get_global_func("runtime.CSourceModuleCreate")(code, "c", [symbol], [])
+    module.import_module(core_module())
+    return module
 
 
 @tvm.register_func(f"relay.ext.{COMPILER}.constant_updater")

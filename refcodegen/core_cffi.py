@@ -81,7 +81,10 @@ def _build(cache: Path):
         ffi.cdef(CDEF)
         ffi.set_source(name, source, extra_compile_args=["-O3", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror"])
         target.mkdir(parents=True, exist_ok=True)
-        ffi.compile(tmpdir=str(target), verbose=False)
+        # compile in a private directory, then rename: parallel test workers may build it at once
+        with tempfile.TemporaryDirectory(dir=target) as work:
+            built = Path(ffi.compile(tmpdir=work, verbose=False))
+            os.replace(built, target / built.name)
     so = next(target.glob(f"{name}*.so"))
     spec = importlib.util.spec_from_file_location(name, so)
     module = importlib.util.module_from_spec(spec)

@@ -1,8 +1,9 @@
 """Render a kernel plan to one C source through the Jinja2 templates in ``templates/``.
 
-Python decides (what to call, with which constants); templates hold the C. The C
-core in ``runtime/`` is bundled into the source with ``REFCG_API`` = ``static inline``,
-so each partition's source is self-contained and several link into one library.
+Python decides (what to call, with which constants); templates hold the C. A partition's
+source declares the core (``runtime/*.h``); the core's definitions are one more C file,
+``core_source()``, that every partition module imports (``codegen.core_module``), so a
+library compiles the core once however many partitions it holds.
 """
 from __future__ import annotations
 
@@ -98,16 +99,29 @@ def environment() -> jinja2.Environment:
     return env
 
 
-@lru_cache(maxsize=1)
-def bundled_core() -> str:
-    """The runtime sources in dependency order, local includes removed."""
+def _bundle(headers_only: bool) -> str:
+    """Runtime files in dependency order, local includes removed."""
     parts = []
     for path in core_sources():
+        if headers_only and path.suffix != ".h":
+            continue
         text = path.read_text()
         parts.append(f"/* {path.name} */\n" + re.sub(r'(?m)^#include "[^"]+"\n', "", text))
     return "\n".join(parts)
 
 
+@lru_cache(maxsize=1)
+def bundled_core() -> str:
+    """The whole core as one text (core module, cffi build, probes)."""
+    return _bundle(headers_only=False)
+
+
+@lru_cache(maxsize=1)
+def core_source() -> str:
+    """The core module's C: the whole core with hidden-visibility entry points."""
+    return environment().get_template("core.c.j2").render(core=bundled_core())
+
+
 def render(plan) -> str:
     c_identifier(plan.symbol, "partition")
-    return environment().get_template("module.c.j2").render(plan=plan, core=bundled_core())
+    return environment().get_template("module.c.j2").render(plan=plan, core_declarations=_bundle(headers_only=True))

@@ -1,8 +1,8 @@
 /*
  * refcg int8 core: public types and entry points.
  *
- * The core is plain C (compiled as C or C++). Generated modules bundle it with
- * REFCG_API defined as `static` so several partitions can link into one .so;
+ * The core is plain C (compiled as C or C++). A generated library holds it once, as its own
+ * C file with REFCG_API = hidden visibility, and each partition's C declares it (these headers);
  * the cffi test build leaves REFCG_API empty and calls the functions directly.
  */
 #ifndef REFCG_H_

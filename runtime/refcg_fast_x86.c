@@ -532,13 +532,14 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, int32_t i0, int32_t
       }
     }
   }
+  /* requantize constants once per channel block, not per row: the epilogue's stores may alias them */
   for (int v = 0; v < NV; ++v) {
     const int32_t c0 = (nb + v) * 16, nvalid = j->n - c0 < 16 ? j->n - c0 : 16;
-    for (int r = 0; r < rows; ++r) {
-      int32_t t[16];
-      _mm512_storeu_si512(t, acc[r][v]);
-      refcg_epi_avx512(&j->epi, t, c0, nvalid, refcg_job_out(j, i0 + r));
-    }
+    const __mmask16 mask = (__mmask16)((1u << nvalid) - 1u);
+    const refcg_rqv_avx512 rv = refcg_rqv_load_avx512(j->epi.rq, c0, mask, 1);
+    const __m512i corr = _mm512_maskz_loadu_epi32(mask, j->epi.corr + c0);
+    for (int r = 0; r < rows; ++r)
+      refcg_epi_vec_avx512(&j->epi, &rv, _mm512_add_epi32(acc[r][v], corr), c0, nvalid, refcg_job_out(j, i0 + r));
   }
 }
 

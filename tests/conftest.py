@@ -11,7 +11,7 @@ import tvm  # noqa: E402
 from tvm import relay  # noqa: E402
 
 import refcodegen  # noqa: E402,F401  registers relay.ext.refcg
-from refcodegen import partition_for_refcg  # noqa: E402
+from refcodegen import objcache, partition_for_refcg  # noqa: E402
 from refcodegen.partition import refcg_functions  # noqa: E402
 from refcodegen.runner import load, run  # noqa: E402,F401  (tests import run from here)
 
@@ -20,10 +20,13 @@ TARGET_F32 = "llvm -mcpu=skylake"  # sse4.1: TVM-only requantize computes in flo
 
 
 def build_and_load(mod, target, tmp_path, name, params=None, **export):
+    """relay.build + export_library + load. Exports reuse compiled objects (the core is the same C
+    file in every refcg library); test_concurrency, test_core_dispatch, the fuzz checks and the
+    sanitizer runs export through TVM's default compile path."""
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target=target, params=params)
     path = str(tmp_path / f"{name}.so")
-    lib.export_library(path, **export)
+    lib.export_library(path, **{"fcompile": objcache.create_shared, **export})
     return load(path)
 
 

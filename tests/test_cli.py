@@ -47,11 +47,16 @@ def test_emit_writes_c_that_builds_warning_free(models, tmp_path, capsys):
     out = tmp_path / "emitted"
     assert cli.main(["emit", models["tiny_cnn"], "-o", str(out)]) == 0
     sources = sorted(p.name for p in out.glob("*.c"))
-    assert sources and all(name.startswith("tvmgen_default_refcg_main_") for name in sources)
+    partitions = [name for name in sources if name.startswith("tvmgen_default_refcg_main_")]
+    assert partitions and sources == ["refcg_core.c"] + partitions
     assert "refcg.conv2d" in (out / "report.txt").read_text()
     build = subprocess.run(["make", "-C", str(out)], capture_output=True, text=True)
     assert build.returncode == 0, build.stdout + build.stderr
     assert len(list(out.glob("*.o"))) == len(sources)
+    symbols = subprocess.run(["nm", str(out / "refcg.so")], capture_output=True, text=True, check=True).stdout
+    undefined = [line.split()[-1] for line in symbols.splitlines() if line.split()[0] == "U"]
+    assert not [name for name in undefined if name.startswith("refcg_")], undefined  # the core links in
+    assert all(f" T {name[:-2]}" in symbols for name in partitions)
 
 
 def test_bench_table(models, capsys):

@@ -7,7 +7,7 @@ from tvm import relay
 from conftest import build_and_load, compare_with_tvm, random_int, run
 from models import module, qconv_block
 from refcodegen import RefcgError, codegen, offload_report, partition_for_refcg
-from refcodegen.emit import c_identifier
+from refcodegen.emit import c_identifier, core_source
 from refcodegen.partition import refcg_functions
 
 
@@ -63,14 +63,37 @@ def test_generated_c_compiles_without_warnings(tmp_path, rng, observed):
     partitioned = partition_for_refcg(mod, target="llvm")
     (gv, func), = refcg_functions(partitioned)
     symbol, code = codegen.generate_c(func.with_attr("global_symbol", gv.name_hint))
-    src = tmp_path / "part.c"
-    src.write_text(code)
     includes = [f"-I{p}" for p in find_include_path()]
-    for compiler in (["g++", "-x", "c++"], ["gcc", "-x", "c", "-std=c11"]):
-        result = subprocess.run(compiler + ["-Wall", "-Wextra", "-Werror", "-c", str(src), "-o",
-                                            str(tmp_path / "part.o")] + includes, capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
+    for name, source in [("part", code), ("core", core_source())]:
+        src = tmp_path / f"{name}.c"
+        src.write_text(source)
+        for compiler in (["g++", "-x", "c++"], ["gcc", "-x", "c", "-std=c11"]):
+            result = subprocess.run(compiler + ["-Wall", "-Wextra", "-Werror", "-c", str(src), "-o",
+                                                str(tmp_path / f"{name}.o")] + includes, capture_output=True, text=True)
+            assert result.returncode == 0, f"{name}: {result.stderr}"
     assert symbol in code
+
+
+def test_a_library_holds_one_core_however_many_partitions(tmp_path, rng):
+    """Every partition module imports the one core module; the exported library defines each core
+    entry point once, hidden (not exported to other libraries in the process)."""
+    import subprocess
+
+    x = relay.var("x", shape=(1, 8, 10, 10), dtype="int8")
+    y = qconv_block(x, rng, in_c=8, out_c=8)
+    y = relay.cast(relay.nn.relu(relay.cast(y, "float32")), "int8")  # float op between: two partitions
+    mod = module([x], qconv_block(y, rng, in_c=8, out_c=8))
+    partitioned = compare_with_tvm(mod, {"x": random_int(rng, (1, 8, 10, 10), "int8")}, tmp_path, expect_partitions=2)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partitioned, target="llvm")
+    parts = [m for m in lib.get_lib().imported_modules if m.type_key == "c"]
+    assert len(parts) == 2 and all(len(p.imported_modules) == 1 for p in parts)
+    assert parts[0].imported_modules[0] == parts[1].imported_modules[0]
+    assert parts[0].imported_modules[0].get_source() == core_source()
+    lib.export_library(str(tmp_path / "two.so"))
+    symbols = subprocess.run(["nm", str(tmp_path / "two.so")], capture_output=True, text=True, check=True).stdout
+    defined = [line.split()[1:] for line in symbols.splitlines() if line.endswith(" refcg_conv2d")]
+    assert defined == [["t", "refcg_conv2d"]], defined  # once, local to the library
 
 
 def test_export_needs_no_compiler_flags(tmp_path, rng):

@@ -2,8 +2,7 @@
 
 Uses the hypothesis strategies of ``tests/test_fuzz.py``. Each build holds ``--batch`` independent
 chains (one output each), so one TVM-only and one refcg build check them all; the refcg partitions
-of a batch are merged into one (see ``merge_partitions``) because each partition's C bundles the
-whole core. Chains come from ``fuzz_batches`` (distinct chains, pooled per numerics: target /
+of a batch are merged into one (see ``merge_partitions``). Chains come from ``fuzz_batches`` (distinct chains, pooled per numerics: target /
 requantize_config). Mismatches are printed as specs and appended to ``--failures`` (JSON lines)
 for regression tests; chains whose TVM-only result is undefined are counted apart.
 

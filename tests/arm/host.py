@@ -21,6 +21,8 @@ import tvm
 from tvm import relay, rpc
 from tvm.contrib import graph_executor
 
+from refcodegen import objcache
+
 REPO = Path(__file__).resolve().parents[2]
 SETUP = REPO / "tools" / "arm" / "setup.sh"
 ROOT = Path(os.environ.get("REFCG_ARM_ROOT", Path.home() / ".cache" / "refcg-arm"))
@@ -110,8 +112,9 @@ class Server:
 
 
 def export_aarch64(mod, target: str, path: Path, params=None) -> Path:
-    """relay.build for an aarch64 target and export with the cross compiler (C sources too)."""
+    """relay.build for an aarch64 target and export with the cross compiler (C sources too; the
+    core's object is reused across exports, see refcodegen.objcache)."""
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target=target, params=params)
-    lib.export_library(str(path), cc=CROSS_CXX)
+    lib.export_library(str(path), fcompile=objcache.create_shared, cc=CROSS_CXX)
     return path
