@@ -543,12 +543,15 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, int32_t i0, int32_t
   }
 }
 
-/* Tiles: (row block of 6) x (group of up to 4 channel blocks), channel groups fastest. */
+/* Tiles: (row block of 6) x (group of up to 4 channel blocks), row blocks fastest: a group's
+ * weights (K x 64 bytes) stay in L1/L2 while the rows stream by (dense 64x512x512: 1.2x faster
+ * than channel groups fastest, which re-read all weights from L2 for every row block). */
 static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
-  const int32_t nblocks = (j->n + 15) / 16, ngroups = (nblocks + REFCG_X512_NV - 1) / REFCG_X512_NV;
+  const int32_t nblocks = (j->n + 15) / 16;
+  const int64_t nrb = (j->m + REFCG_X512_MR - 1) / REFCG_X512_MR;
   for (int64_t t = t0; t < t1; ++t) {
-    const int32_t i0 = (int32_t)(t / ngroups) * REFCG_X512_MR, nb = (int32_t)(t % ngroups) * REFCG_X512_NV;
+    const int32_t i0 = (int32_t)(t % nrb) * REFCG_X512_MR, nb = (int32_t)(t / nrb) * REFCG_X512_NV;
     const int32_t nv = nblocks - nb < REFCG_X512_NV ? nblocks - nb : REFCG_X512_NV;
     if (j->m - i0 == 1) {
       for (int32_t b = nb; b < nb + nv; ++b) refcg_tile_avx512(j, i0, b, 1, 1);
