@@ -50,7 +50,8 @@ static const refcg_isa refcg_isa_table[] = {
      refcg_dwp_avx512, 4, refcg_bin_avx512, refcg_pool_avx512},
     {"avxvnni", refcg_cpu_avxvnni, 0, 6, 1, refcg_tiles_avxvnni, refcg_dw_avx2, refcg_dwp_avxvnni, 4, refcg_bin_avx2,
      refcg_pool_avx2},
-    {"avx2", refcg_cpu_avx2, 0, 2, 1, refcg_tiles_avx2, refcg_dw_avx2, refcg_dwp_avx2, 2, refcg_bin_avx2, refcg_pool_avx2},
+    {"avx2", refcg_cpu_avx2, 0, REFCG_AVX2_TABLE_MR, 1, refcg_tiles_avx2, refcg_dw_avx2, refcg_dwp_avx2, 2,
+     refcg_bin_avx2, refcg_pool_avx2},
 #endif
 #if defined(REFCG_HAVE_ARM)
     {"dotprod", refcg_cpu_dotprod, 1, 4, 1, refcg_tiles_dotprod, refcg_dw_neon, refcg_dwp_dotprod, 4, NULL,

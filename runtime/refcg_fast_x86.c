@@ -29,6 +29,13 @@ REFCG_INLINE int32_t refcg_load_i32(const uint8_t* p) {
   return v;
 }
 
+/* The 4 bytes at p as a float: _mm_set1_ps of it is one broadcast load (vbroadcastss). */
+REFCG_INLINE float refcg_load_f32(const uint8_t* p) {
+  float v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
 /* ================= AVX2 (also used by the AVX-VNNI section for its epilogue) ================= */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
@@ -126,18 +133,88 @@ REFCG_INLINE void refcg_epi_avx2(const refcg_epi* e, const int32_t* acc, int32_t
   refcg_epi_store(e, v, c0, nvalid, off);
 }
 
+/* The low bytes of lanes [0, n) of v (values in range) to out. */
+REFCG_INLINE void refcg_store_bytes_avx2(uint8_t* out, __m256i v, int64_t n) {
+  /* bytes 0-3 of each 128-bit half, then both halves */
+  const __m256i lo = _mm256_shuffle_epi8(v, _mm256_set1_epi32(0x0C080400));
+  const __m128i b = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(lo, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0)));
+  if (n >= 8)
+    _mm_storel_epi64((__m128i*)out, b);
+  else
+    memcpy(out, &b, (size_t)n);
+}
+
 /* Sum of the two pair-sum lanes per channel: groups g0 (ch 0-3) and g1 (ch 4-7) -> ch 0-7. */
 REFCG_INLINE __m256i refcg_hsum_pairs_avx2(__m256i g0, __m256i g1) {
   return _mm256_permute4x64_epi64(_mm256_hadd_epi32(g0, g1), 0xD8);
 }
 
+/* Input row pointers and output offsets of rows [i0, i0 + n), with one division. */
+REFCG_INLINE void refcg_rows_avx2(const refcg_gemm_job* j, int32_t i0, int n, const uint8_t** arow, int64_t* out_off) {
+  int32_t q = i0 / j->cols, c = i0 - q * j->cols;
+  for (int r = 0; r < n; ++r) {
+    arow[r] = j->a + (int64_t)q * j->a_row_h + (int64_t)c * j->a_row_w;
+    out_off[r] = (int64_t)q * j->o_row_h + (int64_t)c * j->o_row_w;
+    if (++c == j->cols) {
+      c = 0;
+      ++q;
+    }
+  }
+}
+
+/* Epilogue of rows (output offsets out_off) x block nb from the pair-sum accumulators. Contiguous
+ * channels get the requantize constants and corrections once per tile (not per row), a local
+ * copy of rq (the byte stores may alias it) and vector stores. */
+REFCG_INLINE void refcg_tile_epi_avx2(const refcg_gemm_job* j, const int64_t* out_off, int32_t nb, __m256i (*acc)[4],
+                                      int32_t rows) {
+  const int32_t c0 = nb * 16, nvalid = j->n - c0 < 16 ? j->n - c0 : 16;
+  if (!j->epi.rq_vector || j->epi.o_c != 1) {
+    for (int32_t r = 0; r < rows; ++r) {
+      int32_t t[16];
+      _mm256_storeu_si256((__m256i*)t, refcg_hsum_pairs_avx2(acc[r][0], acc[r][1]));
+      _mm256_storeu_si256((__m256i*)(t + 8), refcg_hsum_pairs_avx2(acc[r][2], acc[r][3]));
+      refcg_epi_avx2(&j->epi, t, c0, nvalid, out_off[r]);
+    }
+    return;
+  }
+  const refcg_requant rq = *j->epi.rq;
+  const int32_t nh = nvalid > 8 ? 2 : 1;
+  refcg_rqv_avx2 rv[2];
+  __m256i corr[2], mask[2];
+  for (int32_t h = 0; h < nh; ++h) {
+    rv[h] = refcg_rqv_load_avx2(&rq, c0 + 8 * h, nvalid - 8 * h, 1);
+    mask[h] = _mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid - 8 * h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    corr[h] = _mm256_maskload_epi32(j->epi.corr + c0 + 8 * h, mask[h]);
+  }
+  void* const out = j->epi.out;
+  const int s32 = j->epi.out_dtype == REFCG_S32;
+  for (int32_t r = 0; r < rows; ++r) {
+    const int64_t off = out_off[r] + c0;
+    for (int32_t h = 0; h < nh; ++h) {
+      const __m256i sum = _mm256_add_epi32(refcg_hsum_pairs_avx2(acc[r][2 * h], acc[r][2 * h + 1]), corr[h]);
+      const __m256i v = refcg_rq_apply_avx2(&rq, sum, &rv[h]);
+      if (s32)
+        _mm256_maskstore_epi32((int*)out + off + 8 * h, mask[h], v);
+      else
+        refcg_store_bytes_avx2((uint8_t*)out + off + 8 * h, v, nvalid - 8 * h); /* values are in range */
+    }
+  }
+}
+
+/* 4 input bytes at p zero-extended to int16 in every 64-bit lane (x0..x3 x0..x3 ...): a
+ * broadcast load (vbroadcastss; the integer form compiles to vmovd + vpshufd) and one vpmovzxbw. */
+REFCG_INLINE __m256i refcg_bcast4_avx2(const uint8_t* p) {
+  return _mm256_cvtepu8_epi16(_mm_castps_si128(_mm_set1_ps(refcg_load_f32(p))));
+}
+
 /* MR rows x 16 channels (block nb). Weights: 16 bytes = 4 channels x 4 k, sign-extended to
  * int16; input: 4 bytes zero-extended and broadcast, so vpmaddwd gives per channel two
- * exact pair sums. */
+ * exact pair sums. For row ranges too short to repay refcg_tile_avx2w's weight widening. */
 REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, int32_t i0, int32_t nb,
                                                                    const int MR) {
   const uint8_t* arow[2];
-  const int32_t rows = refcg_tile_rows(j, i0, MR, arow);
+  int64_t out_off[2];
+  refcg_rows_avx2(j, i0, MR, arow, out_off);
   __m256i acc[2][4];
   for (int r = 0; r < MR; ++r)
     for (int g = 0; g < 4; ++g) acc[r][g] = _mm256_setzero_si256();
@@ -148,21 +225,107 @@ REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, int32_t i0, int32_t n
       __m256i w[4];
       for (int g = 0; g < 4; ++g) w[g] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(wp + 16 * g)));
       for (int r = 0; r < MR; ++r) {
-        const __m256i a = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(refcg_load_i32(arow[r] + so + k))));
+        const __m256i a = refcg_bcast4_avx2(arow[r] + so + k);
         for (int g = 0; g < 4; ++g) acc[r][g] = _mm256_add_epi32(acc[r][g], _mm256_madd_epi16(a, w[g]));
       }
     }
   }
-  const int32_t c0 = nb * 16, nvalid = j->n - c0 < 16 ? j->n - c0 : 16;
-  for (int r = 0; r < rows; ++r) {
-    int32_t t[16];
-    _mm256_storeu_si256((__m256i*)t, refcg_hsum_pairs_avx2(acc[r][0], acc[r][1]));
-    _mm256_storeu_si256((__m256i*)(t + 8), refcg_hsum_pairs_avx2(acc[r][2], acc[r][3]));
-    refcg_epi_avx2(&j->epi, t, c0, nvalid, refcg_job_out(j, i0 + r));
-  }
+  refcg_tile_epi_avx2(j, out_off, nb, acc, MR);
 }
 
-REFCG_DEFINE_TILES(refcg_tiles_avx2, refcg_tile_avx2, 2)
+/* The driver counts AVX2 tiles as REFCG_AVX2_TABLE_MR-row x 16-channel units (the ISA table's mr,
+ * nv = 1), row units fastest within a channel block; refcg_tiles_avx2 regroups the rows of each
+ * channel block it gets into REFCG_AVX2_MR-row tiles. */
+#define REFCG_AVX2_TABLE_MR 2
+#define REFCG_AVX2_MR 3    /* 3 x 4 accumulators + the broadcast input; weights are memory operands */
+#define REFCG_AVX2_WC 192  /* k-steps of widened weights per chunk (24 KB: stays in L1) */
+#define REFCG_AVX2_RG 96   /* rows sharing a chunk; their raw accumulators take 12 KB */
+
+/* nk k-steps (64 bytes each) of one block's weights sign-extended to int16, same layout. */
+REFCG_INLINE void refcg_widen_w_avx2(const int8_t* w, int64_t nk, int16_t* ww) {
+  for (const int8_t* end = w + nk * 64; w < end; w += 16, ww += 16)
+    _mm256_store_si256((__m256i*)ww, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)w)));
+}
+
+/* MR rows [i0, i0 + MR) x block nb, k-steps [q0, q1) from those weights widened (ww): per
+ * k-step and row one vpmovzxbw, no weight shuffles. Accumulators start at zero (q0 == 0) or
+ * from saved (MR x 32 int32), and are saved (q1 < nk) or go to the epilogue. */
+REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, int32_t i0, int32_t nb, const int16_t* ww, int64_t q0,
+                                   int64_t q1, int64_t nk, int32_t* saved, const int MR) {
+  const uint8_t* arow[REFCG_AVX2_MR];
+  int64_t out_off[REFCG_AVX2_MR];
+  refcg_rows_avx2(j, i0, MR, arow, out_off);
+  __m256i acc[REFCG_AVX2_MR][4];
+  for (int r = 0; r < MR; ++r)
+    for (int g = 0; g < 4; ++g)
+      acc[r][g] = q0 == 0 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i*)(saved + 32 * r + 8 * g));
+  const int16_t* wp = ww;
+  const int64_t len = j->seg_len;
+  int32_t s = (int32_t)(q0 * 4 / len);
+  for (int64_t k0 = q0 * 4 % len, left = (q1 - q0) * 4; left > 0; ++s, k0 = 0) {
+    const int64_t k1 = len - k0 < left ? len : k0 + left;
+    left -= k1 - k0;
+    const uint8_t* x[REFCG_AVX2_MR];
+    for (int r = 0; r < MR; ++r) x[r] = arow[r] + j->seg_off[s];
+    for (int64_t k = k0; k < k1; k += 4, wp += 64) {
+      for (int r = 0; r < MR; ++r) {
+        const __m256i a = refcg_bcast4_avx2(x[r] + k);
+        for (int g = 0; g < 4; ++g)
+          acc[r][g] = _mm256_add_epi32(acc[r][g], _mm256_madd_epi16(a, _mm256_load_si256((const __m256i*)(wp + 16 * g))));
+      }
+    }
+  }
+  if (q1 < nk) {
+    for (int r = 0; r < MR; ++r)
+      for (int g = 0; g < 4; ++g) _mm256_storeu_si256((__m256i*)(saved + 32 * r + 8 * g), acc[r][g]);
+    return;
+  }
+  refcg_tile_epi_avx2(j, out_off, nb, acc, MR);
+}
+
+/* Tiles [t0, t1): per channel block, its weights are widened to int16 once per chunk of K into
+ * a stack buffer and reused by up to REFCG_AVX2_RG rows (a chunk of a long K: the rows keep
+ * their accumulators in between). Ranges of up to 4 rows use refcg_tile_avx2. */
+static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
+  const int64_t nrp = (j->m + REFCG_AVX2_TABLE_MR - 1) / REFCG_AVX2_TABLE_MR;
+  const int64_t nk = (int64_t)j->nseg * j->seg_len / 4;
+  const int64_t nchunks = nk > REFCG_AVX2_WC ? (nk + REFCG_AVX2_WC - 1) / REFCG_AVX2_WC : 1;
+  const int64_t csz = (nk + nchunks - 1) / nchunks; /* chunks of equal size */
+  int16_t ww[REFCG_AVX2_WC * 64] __attribute__((aligned(32)));
+  int32_t saved[REFCG_AVX2_RG * 32];
+  for (int64_t t = t0; t < t1;) {
+    const int32_t nb = (int32_t)(t / nrp);
+    const int64_t rp0 = t % nrp, rp1 = rp0 + (t1 - t) < nrp ? rp0 + (t1 - t) : nrp;
+    const int32_t r0 = (int32_t)rp0 * REFCG_AVX2_TABLE_MR;
+    const int32_t r1 = rp1 * REFCG_AVX2_TABLE_MR < j->m ? (int32_t)rp1 * REFCG_AVX2_TABLE_MR : j->m;
+    t += rp1 - rp0;
+    if (r1 - r0 <= 4 || nk == 0) { /* too few rows to repay the widening (dense 4x1024x1024: 6% slower) */
+      for (int32_t i0 = r0; i0 < r1; i0 += 2) {
+        if (r1 - i0 == 1)
+          refcg_tile_avx2(j, i0, nb, 1);
+        else
+          refcg_tile_avx2(j, i0, nb, 2);
+      }
+      continue;
+    }
+    const int8_t* w = j->w + (int64_t)nb * j->kp * 16;
+    for (int32_t g0 = r0; g0 < r1; g0 += REFCG_AVX2_RG) {
+      const int32_t g1 = r1 - g0 < REFCG_AVX2_RG ? r1 : g0 + REFCG_AVX2_RG;
+      for (int64_t q0 = 0; q0 < nk; q0 += csz) {
+        const int64_t q1 = nk - q0 < csz ? nk : q0 + csz;
+        if (nchunks > 1 || g0 == r0) refcg_widen_w_avx2(w + q0 * 64, q1 - q0, ww);
+        int32_t i0 = g0;
+        for (; i0 + REFCG_AVX2_MR <= g1; i0 += REFCG_AVX2_MR)
+          refcg_tile_avx2w(j, i0, nb, ww, q0, q1, nk, saved + 32 * (i0 - g0), REFCG_AVX2_MR);
+        if (g1 - i0 == 2)
+          refcg_tile_avx2w(j, i0, nb, ww, q0, q1, nk, saved + 32 * (i0 - g0), 2);
+        else if (g1 - i0 == 1)
+          refcg_tile_avx2w(j, i0, nb, ww, q0, q1, nk, saved + 32 * (i0 - g0), 1);
+      }
+    }
+  }
+}
 
 /* uint8 inputs zero-extended to int32 lanes, w' sign-extended: vpmaddwd of a lane is x * w'. */
 REFCG_INLINE void refcg_dw16_avx2(const refcg_dw_job* j, const uint8_t* base, int32_t c0, int32_t* acc) {
@@ -183,17 +346,6 @@ REFCG_INLINE void refcg_dw16_avx2(const refcg_dw_job* j, const uint8_t* base, in
 
 static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
   refcg_dw_rows((const refcg_dw_job*)ctx, r0, r1, refcg_dw16_avx2, refcg_epi_avx2);
-}
-
-/* The low bytes of lanes [0, n) of v (values in range) to out. */
-REFCG_INLINE void refcg_store_bytes_avx2(uint8_t* out, __m256i v, int64_t n) {
-  /* bytes 0-3 of each 128-bit half, then both halves */
-  const __m256i lo = _mm256_shuffle_epi8(v, _mm256_set1_epi32(0x0C080400));
-  const __m128i b = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(lo, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0)));
-  if (n >= 8)
-    _mm_storel_epi64((__m128i*)out, b);
-  else
-    memcpy(out, &b, (size_t)n);
 }
 
 /* Store 8 pixels (raw accumulators + correction) of one output row at off, n valid (o_w == 1). */

@@ -286,7 +286,8 @@ def test_pool_variants_bit_exact(core, variant_env, shape, kind, in_dtype):
         assert np.array_equal(out, want), f"{isa}: {np.abs(out - want).max()}"
 
 
-@pytest.mark.parametrize("batch,features,units", [(1, 1024, 1000), (7, 77, 45), (13, 256, 33)])
+# (100, 1000, 40): AVX2 widens weights per chunk of K (> 768 here: two chunks) for groups of 96 rows
+@pytest.mark.parametrize("batch,features,units", [(1, 1024, 1000), (7, 77, 45), (13, 256, 33), (100, 1000, 40)])
 @pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
 def test_dense_variants_match_numpy(core, variant_env, batch, features, units, in_dtype):
     rng = np.random.default_rng(batch * 1000 + features)
