@@ -163,7 +163,9 @@ class Conv2D:
 
     def __init__(self, core: Core, *, in_shape, layout: str, weight_ohwi: np.ndarray, strides=(1, 1),
                  padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, in_dtype="int8", out_dtype="int8",
-                 input_zp=0, kernel_zp=0, bias=None, requant: Requantize):
+                 input_zp=0, kernel_zp=0, bias=None, requant: Requantize, reference_weights: bool = True):
+        """``reference_weights=False`` passes NULL weights, as generated libraries do for convs with
+        packed GEMM data (then every variant, the scalar one included, runs the packed GEMM)."""
         from .packing import pack_conv2d_fast
 
         self.core, self.layout, self.out_dtype = core, layout, out_dtype
@@ -185,7 +187,7 @@ class Conv2D:
         p.in_stride = _strides(in_shape, layout)
         p.out_stride = _strides(self.out_shape, layout)
         k = core.ffi.new("refcg_conv2d_consts*")
-        k.weight = core.ptr(weight_ohwi, "void*")
+        k.weight = core.ptr(weight_ohwi, "void*") if reference_weights else core.ffi.NULL
         k.bias = core.ptr(np.asarray(bias, np.int32), "int32_t*") if bias is not None else core.ffi.NULL
         k.requant = core.requant(requant)[0]
         self.weight = weight_ohwi

@@ -117,6 +117,8 @@ def pack_conv2d_fast(ohwi: np.ndarray, params: dict, in_dtype: str, bias: np.nda
     if folded is None or not _fast_inputs_ok(params["input_zp"], in_dtype):
         return None
     out_c, kh, kw, cin_g = folded.shape
+    if kh * kw > 256:  # refcg_conv2d's segment table holds 256 taps (refcg_fast_usable): reference only
+        return None
     groups = params["groups"]
     if groups == 1:
         cp = _round_up(cin_g, 4)

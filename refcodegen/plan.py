@@ -51,6 +51,12 @@ class Conv2D:
     template: str = "conv2d.c.j2"
     fast: ConvFast | None = None  # data for the accelerated kernels (None: reference only)
 
+    @property
+    def reference_weights(self) -> bool:
+        """Whether the C needs the reference layout too: not when every variant (the scalar one
+        included) runs the packed GEMM, so those weights are stored once."""
+        return self.fast is None or self.fast.gemm is None
+
 
 @dataclass
 class Kernel:

@@ -90,8 +90,9 @@ typedef struct {
   int64_t out_stride[4];
 } refcg_conv2d_params;
 
-/* Compile-time data of one conv: weights packed [out_c][kh][kw][in_c/groups],
- * int32 bias per output channel (NULL when absent), and the requantize step. */
+/* Compile-time data of one conv: weights packed [out_c][kh][kw][in_c/groups] (NULL when only
+ * the accelerated GEMM data exists: refcg_conv2d then runs it on every variant, and the
+ * reference returns -1), int32 bias per output channel (NULL when absent), and the requantize step. */
 typedef struct {
   const void* weight;
   const int32_t* bias;

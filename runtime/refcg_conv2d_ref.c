@@ -7,7 +7,7 @@
 
 REFCG_API int refcg_conv2d_ref(const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
                                const void* input, void* output) {
-  if (p->groups <= 0 || p->in_c % p->groups || p->out_c % p->groups) return -1;
+  if (!k->weight || p->groups <= 0 || p->in_c % p->groups || p->out_c % p->groups) return -1;
   const int32_t cin_g = p->in_c / p->groups, cout_g = p->out_c / p->groups;
   for (int32_t n = 0; n < p->batch; ++n) {
     for (int32_t oc = 0; oc < p->out_c; ++oc) {

@@ -7,7 +7,7 @@
 
 REFCG_API int refcg_dense_ref(const refcg_dense_params* p, const refcg_conv2d_consts* k,
                               const void* input, void* output) {
-  if (p->batch <= 0 || p->in_features <= 0 || p->units <= 0) return -1;
+  if (!k->weight || p->batch <= 0 || p->in_features <= 0 || p->units <= 0) return -1;
   for (int32_t b = 0; b < p->batch; ++b) {
     const int64_t xrow = (int64_t)b * p->in_features;
     for (int32_t u = 0; u < p->units; ++u) {

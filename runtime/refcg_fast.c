@@ -272,9 +272,9 @@ static int refcg_dw_planes(const refcg_isa* isa, int32_t q, const refcg_conv2d_p
 REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
                            const refcg_conv2d_fast* f, const void* input, void* output) {
   const refcg_isa* isa = refcg_isa_current();
-  /* the scalar variant of conv is the reference itself; dense has no reference layout */
-  const int allow_portable = p->kernel_h == 1 && p->kernel_w == 1 && k->weight == NULL;
-  if ((isa == &refcg_isa_table[REFCG_NUM_ISA - 1] && !allow_portable) || !refcg_fast_usable(p, f))
+  /* the scalar variant of conv is the reference itself, unless the library stored only the packed
+   * GEMM weights (dense, and groups == 1 convs: refcodegen emits their weights once) */
+  if ((isa == &refcg_isa_table[REFCG_NUM_ISA - 1] && k->weight) || !refcg_fast_usable(p, f))
     return refcg_conv2d_ref(p, k, input, output);
   const int32_t q = refcg_dwp_taps(isa, p, f);
   if (q > 0 && refcg_dw_planes(isa, q, p, k, f, input, output) == 0) return 0;

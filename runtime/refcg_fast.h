@@ -41,7 +41,8 @@ typedef struct {
 } refcg_conv2d_fast;
 
 /* Conv through the best kernel for this CPU; the reference when f is NULL, f->kind is
- * NONE, or REFCG_ISA=scalar. Same contract as refcg_conv2d_ref. */
+ * NONE, or REFCG_ISA=scalar with the reference weights present (without them the scalar
+ * variant runs the packed GEMM). Same contract as refcg_conv2d_ref. */
 REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
                            const refcg_conv2d_fast* f, const void* input, void* output);
 
