@@ -6,7 +6,7 @@ module imports the shared core module (the runtime/ C core, one copy per library
 """
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
 
 import tvm
 
@@ -33,11 +33,18 @@ def generate_c(func) -> tuple[str, str]:
     return symbol, render(build_plan(folded, symbol, target))
 
 
-@lru_cache(maxsize=1)
+_CORE: list = []
+_CORE_LOCK = threading.Lock()
+
+
 def core_module():
     """The core as one C module, imported by every partition module: export_library collects an
-    imported module once (by identity), so a library holds one copy of the core."""
-    return tvm.get_global_func("runtime.CSourceModuleCreate")(core_source(), "c", [], [])
+    imported module once (by identity), so a library holds one copy of the core. One instance per
+    process, created under a lock: two instances in one library would define the core twice."""
+    with _CORE_LOCK:
+        if not _CORE:
+            _CORE.append(tvm.get_global_func("runtime.CSourceModuleCreate")(core_source(), "c", [], []))
+        return _CORE[0]
 
 
 @tvm.register_func(f"relay.ext.{COMPILER}")

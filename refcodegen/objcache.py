@@ -15,18 +15,32 @@ import hashlib
 import os
 import subprocess
 import tempfile
+import time
 from functools import lru_cache
 from pathlib import Path
 
 from tvm.contrib import cc as tvm_cc
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp")
+UNUSED_DAYS = 14  # objects not used for this long are deleted (once per process)
 
 
 def cache_dir() -> Path:
     """``REFCG_OBJECT_CACHE`` or a per-user directory in the temp dir."""
     default = Path(tempfile.gettempdir()) / f"refcg-objects-{os.getuid()}"
     return Path(os.environ.get("REFCG_OBJECT_CACHE", default))
+
+
+@lru_cache(maxsize=None)
+def _prune(directory: Path) -> None:
+    """Keep the cache bounded: every model's partitions add objects; hits refresh an object's mtime."""
+    cutoff = time.time() - UNUSED_DAYS * 86400
+    for old in directory.glob("*.o"):
+        try:
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
+        except OSError:  # another process pruned or replaced it
+            pass
 
 
 @lru_cache(maxsize=None)
@@ -41,9 +55,12 @@ def compile_object(source: Path, compiler: str, options: list[str]) -> Path:
     key = hashlib.sha256("\0".join([compiler, _compiler_identity(compiler), *options]).encode())
     key.update(source.read_bytes())
     directory = cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    _prune(directory)
     obj = directory / f"{key.hexdigest()[:32]}.o"
-    if not obj.exists():
-        directory.mkdir(parents=True, exist_ok=True)
+    try:
+        os.utime(obj)  # a hit: mark it used
+    except FileNotFoundError:
         fd, partial = tempfile.mkstemp(suffix=".o", dir=directory)
         os.close(fd)
         try:

@@ -171,3 +171,21 @@ def test_c_identifier_accepts_plain_names(name):
 def test_c_identifier_rejects_hostile_names(name):
     with pytest.raises(RefcgError, match="not a valid C identifier"):
         c_identifier(name, "partition")
+
+
+def test_object_cache_compiles_each_c_file_once(tmp_path, rng, monkeypatch):
+    """refcodegen.objcache: a second model's export reuses the core's object (one new object: its
+    partition), and the library computes what the default export path's does."""
+    from refcodegen import objcache
+    from refcodegen.runner import load
+
+    monkeypatch.setenv("REFCG_OBJECT_CACHE", str(tmp_path / "cache"))
+    x = relay.var("x", shape=(1, 8, 10, 10), dtype="int8")
+    inputs = {"x": random_int(rng, (1, 8, 10, 10), "int8")}
+    for name, out_c, objects in [("a", 8, 2), ("b", 16, 3)]:  # core + partition, then + one partition
+        with tvm.transform.PassContext(opt_level=3):
+            lib = relay.build(partition_for_refcg(module([x], qconv_block(x, rng, in_c=8, out_c=out_c))), target="llvm")
+        lib.export_library(str(tmp_path / f"{name}.so"), fcompile=objcache.create_shared)
+        assert len(list((tmp_path / "cache").glob("*.o"))) == objects
+    lib.export_library(str(tmp_path / "b_default.so"))
+    assert np.array_equal(run(load(str(tmp_path / "b.so")), inputs)[0], run(load(str(tmp_path / "b_default.so")), inputs)[0])
