@@ -18,6 +18,7 @@ typedef struct {
   int32_t dw_qmax;          /* taps per 32-bit lane of dw_planes: 4 bytes, or 2 int16 (AVX2 vpmaddwd) */
   refcg_range_fn bin_rows;  /* qnn.add/subtract/mul rows (NULL: the reference) */
   refcg_range_fn pool_planes; /* max/avg pool on planar layouts (NULL: the reference) */
+  refcg_range_fn gemm_planes; /* 1x1 conv on planar layouts, refcg_gemmp_job (NULL: the NHWC GEMM) */
 } refcg_isa;
 
 static inline int refcg_cpu_any(void) { return 1; }
@@ -47,18 +48,18 @@ static void refcg_dw_portable(const void* ctx, int64_t r0, int64_t r1) {
 static const refcg_isa refcg_isa_table[] = {
 #if defined(REFCG_HAVE_X86)
     {"avx512vnni", refcg_cpu_avx512vnni, 0, REFCG_X512_MR, REFCG_X512_NV, refcg_tiles_avx512vnni, refcg_dw_avx512,
-     refcg_dwp_avx512, 4, refcg_bin_avx512, refcg_pool_avx512},
+     refcg_dwp_avx512, 4, refcg_bin_avx512, refcg_pool_avx512, refcg_gemmp_avx512},
     {"avxvnni", refcg_cpu_avxvnni, 0, 6, 1, refcg_tiles_avxvnni, refcg_dw_avx2, refcg_dwp_avxvnni, 4, refcg_bin_avx2,
-     refcg_pool_avx2},
+     refcg_pool_avx2, NULL},
     {"avx2", refcg_cpu_avx2, 0, REFCG_AVX2_TABLE_MR, 1, refcg_tiles_avx2, refcg_dw_avx2, refcg_dwp_avx2, 2,
-     refcg_bin_avx2, refcg_pool_avx2},
+     refcg_bin_avx2, refcg_pool_avx2, NULL},
 #endif
 #if defined(REFCG_HAVE_ARM)
     {"dotprod", refcg_cpu_dotprod, 1, 4, 1, refcg_tiles_dotprod, refcg_dw_neon, refcg_dwp_dotprod, 4, NULL,
-     refcg_pool_neon},
-    {"neon", refcg_cpu_neon, 1, 2, 1, refcg_tiles_neon, refcg_dw_neon, refcg_dwp_neon, 4, NULL, refcg_pool_neon},
+     refcg_pool_neon, NULL},
+    {"neon", refcg_cpu_neon, 1, 2, 1, refcg_tiles_neon, refcg_dw_neon, refcg_dwp_neon, 4, NULL, refcg_pool_neon, NULL},
 #endif
-    {"scalar", refcg_cpu_any, 0, 1, 1, refcg_tiles_portable, refcg_dw_portable, NULL, 0, NULL, NULL},
+    {"scalar", refcg_cpu_any, 0, 1, 1, refcg_tiles_portable, refcg_dw_portable, NULL, 0, NULL, NULL, NULL},
 };
 enum { REFCG_NUM_ISA = sizeof(refcg_isa_table) / sizeof(refcg_isa_table[0]) };
 
@@ -201,6 +202,56 @@ static void refcg_unpack_rows(const void* ctx, int64_t r0, int64_t r1) {
 }
 
 /* Padded extent needed by the output: rows up to (out-1)*stride + (k-1)*dilation. */
+/* refcg_gemmp_job's input: planes of 4 channels interleaved byte by byte (x ^ flip), channels
+ * past cin read as 0 (their packed weights are 0). Rows are groups of 4 channels. */
+typedef struct {
+  const uint8_t* x; /* [c][hw] */
+  uint8_t* xi;      /* [kp/4][hw][4] */
+  int64_t hw;
+  int32_t cin;
+  uint8_t flip;
+} refcg_interleave_job;
+
+static void refcg_interleave_rows(const void* ctx, int64_t q0, int64_t q1) {
+  const refcg_interleave_job* j = (const refcg_interleave_job*)ctx;
+  static const uint8_t zeros[16] = {0};
+  for (int64_t q = q0; q < q1; ++q) {
+    const uint8_t* src[4];
+    uint8_t flip[4];
+    for (int r = 0; r < 4; ++r) {
+      const int64_t c = 4 * q + r;
+      src[r] = c < j->cin ? j->x + c * j->hw : zeros;
+      flip[r] = c < j->cin ? j->flip : 0;
+    }
+    uint8_t* dst = j->xi + q * j->hw * 4;
+    int64_t p = 0;
+#if defined(__SSE2__)
+    if (4 * q + 3 < j->cin) { /* all 4 channels real: the vector loop */
+      const __m128i f = _mm_set1_epi8((char)j->flip);
+      for (; p + 16 <= j->hw; p += 16) {
+        const __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src[0] + p)), f);
+        const __m128i b = _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src[1] + p)), f);
+        const __m128i c = _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src[2] + p)), f);
+        const __m128i d = _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src[3] + p)), f);
+        const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+        const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+        _mm_storeu_si128((__m128i*)(dst + 4 * p), _mm_unpacklo_epi16(ab0, cd0));
+        _mm_storeu_si128((__m128i*)(dst + 4 * p + 16), _mm_unpackhi_epi16(ab0, cd0));
+        _mm_storeu_si128((__m128i*)(dst + 4 * p + 32), _mm_unpacklo_epi16(ab1, cd1));
+        _mm_storeu_si128((__m128i*)(dst + 4 * p + 48), _mm_unpackhi_epi16(ab1, cd1));
+      }
+    }
+#endif
+    for (; p < j->hw; ++p)
+      for (int r = 0; r < 4; ++r) dst[4 * p + r] = (uint8_t)(src[r][src[r] == zeros ? 0 : p] ^ flip[r]);
+  }
+}
+
+/* Planar compact 4-D tensor: pixels contiguous, rows of w, planes of h * w. */
+static inline int refcg_planar(const int64_t* stride, int32_t h, int32_t w) {
+  return stride[2] == 1 && stride[1] == w && stride[3] == (int64_t)h * w;
+}
+
 static inline int32_t refcg_padded_extent(int32_t in, int32_t pad, int32_t out, int32_t stride, int32_t k, int32_t dil) {
   const int32_t need = (out - 1) * stride + (k - 1) * dil + 1;
   return need > in + pad ? need : in + pad;
@@ -269,6 +320,28 @@ static int refcg_dw_planes(const refcg_isa* isa, int32_t q, const refcg_conv2d_p
   return 0;
 }
 
+/* 1x1 stride-1 unpadded conv, planar input and output: interleave, then the pixels-in-lanes tiles. */
+static int refcg_conv2d_planes(const refcg_isa* isa, const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
+                               const refcg_conv2d_fast* f, const void* input, void* output) {
+  const int64_t hw = (int64_t)p->in_h * p->in_w;
+  const int32_t kp = f->gemm.kp;
+  uint8_t* xi = (uint8_t*)refcg_ws_alloc((size_t)kp * hw + 4 * REFCG_GEMMP_PX); /* tail blocks read past hw */
+  if (!xi) return -2;
+  const uint8_t flip = (p->in_dtype == REFCG_S8) == isa->signed_domain ? 0 : 0x80;
+  const int32_t* corr = isa->signed_domain ? f->gemm.corr_s8 : f->gemm.corr_u8;
+  const int out_elem = p->out_dtype == REFCG_S32 ? 4 : 1;
+  for (int32_t n = 0; n < p->batch; ++n) {
+    const refcg_interleave_job ij = {(const uint8_t*)input + n * p->in_stride[0], xi, hw, p->in_c, flip};
+    refcg_parallel(refcg_interleave_rows, &ij, kp / 4);
+    const refcg_gemmp_job j = {xi, hw, p->out_c, kp, f->gemm.w,
+                               refcg_make_epi(&k->requant, p->out_c, corr, (uint8_t*)output + n * p->out_stride[0] * out_elem,
+                                              p->out_dtype, p->out_stride[3])};
+    refcg_parallel(isa->gemm_planes, &j, (p->out_c + REFCG_GEMMP_MR - 1) / REFCG_GEMMP_MR * ((hw + REFCG_GEMMP_PX - 1) / REFCG_GEMMP_PX));
+  }
+  refcg_ws_free(xi);
+  return 0;
+}
+
 REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
                            const refcg_conv2d_fast* f, const void* input, void* output) {
   const refcg_isa* isa = refcg_isa_current();
@@ -279,6 +352,10 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
   const int32_t q = refcg_dwp_taps(isa, p, f);
   if (q > 0 && refcg_dw_planes(isa, q, p, k, f, input, output) == 0) return 0;
   if (f->kind == REFCG_FAST_DEPTHWISE && p->out_c != p->in_c) return refcg_conv2d_ref(p, k, input, output);
+  if (isa->gemm_planes && f->kind == REFCG_FAST_GEMM && p->kernel_h == 1 && p->kernel_w == 1 && p->stride_h == 1 &&
+      p->stride_w == 1 && p->out_h == p->in_h && p->out_w == p->in_w && p->pad_top == 0 && p->pad_left == 0 &&
+      refcg_planar(p->in_stride, p->in_h, p->in_w) && refcg_planar(p->out_stride, p->out_h, p->out_w))
+    return refcg_conv2d_planes(isa, p, k, f, input, output);
   const int32_t hp = refcg_padded_extent(p->in_h, p->pad_top, p->out_h, p->stride_h, p->kernel_h, p->dilation_h);
   const int32_t wp = refcg_padded_extent(p->in_w, p->pad_left, p->out_w, p->stride_w, p->kernel_w, p->dilation_w);
   const int32_t cp = f->cp;

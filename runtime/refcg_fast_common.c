@@ -42,6 +42,20 @@ typedef struct {
   int64_t o_row_h, o_row_w; /* element strides of the output per output row / per pixel */
 } refcg_gemm_job;
 
+/* 1x1 stride-1 unpadded conv on planar (NCHW) tensors, pixels in the lanes: out[oc][p] =
+ * sum_k w'[oc][k] x[k][p] + corr[oc]. The input is interleaved once into xi [kp/4][hw][4] domain
+ * bytes, so 64 bytes hold 16 pixels x 4 k; the broadcast operand is w'[oc][4 k], read straight
+ * from the packed GEMM weights. No NHWC copy and no output unpack. */
+typedef struct {
+  const uint8_t* xi; /* [kp/4][hw][4] (+ slack: tail pixel blocks read past hw) */
+  int64_t hw;        /* pixels per plane */
+  int32_t n, kp;     /* output channels, padded reduction */
+  const int8_t* w;   /* refcg_gemm_weights.w */
+  refcg_epi epi;     /* o_c: output plane stride (elements) */
+} refcg_gemmp_job;
+#define REFCG_GEMMP_MR 6  /* tile grid the job is split on: output channels ... */
+#define REFCG_GEMMP_PX 64 /* ... x pixels */
+
 REFCG_INLINE const uint8_t* refcg_job_row(const refcg_gemm_job* j, int32_t i) {
   return j->a + (int64_t)(i / j->cols) * j->a_row_h + (int64_t)(i % j->cols) * j->a_row_w;
 }

@@ -853,6 +853,60 @@ static void refcg_dwp_avx512(const void* ctx, int64_t c0, int64_t c1) {
   refcg_dwp_channels((const refcg_dwp_job*)ctx, c0, c1, 8, refcg_dwp_expand_avx512, refcg_dwp_strip_avx512);
 }
 
+/* refcg_gemmp_job tiles: 6 output channels x NV blocks of 16 pixels (up to 24 accumulators), like
+ * the NHWC tile with the operands' roles swapped. Channels past n repeat the last one (not stored). */
+REFCG_INLINE void refcg_gemmp_tile_avx512(const refcg_gemmp_job* j, int32_t oc0, int64_t p0, const int NV) {
+  const int32_t rows = j->n - oc0 < REFCG_GEMMP_MR ? j->n - oc0 : REFCG_GEMMP_MR;
+  const int8_t* wrow[REFCG_GEMMP_MR];
+  for (int r = 0; r < REFCG_GEMMP_MR; ++r) {
+    const int32_t oc = oc0 + (r < rows ? r : rows - 1);
+    wrow[r] = j->w + (int64_t)(oc / 16) * j->kp * 16 + (oc % 16) * 4;
+  }
+  __m512i acc[REFCG_GEMMP_MR][4];
+  for (int r = 0; r < REFCG_GEMMP_MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
+  const uint8_t* x = j->xi + p0 * 4;
+  for (int32_t q = 0; q < j->kp / 4; ++q, x += j->hw * 4) {
+    __m512i xv[4];
+    for (int v = 0; v < NV; ++v) xv[v] = _mm512_loadu_si512(x + 64 * v);
+    for (int r = 0; r < REFCG_GEMMP_MR; ++r) {
+      const __m512i w = _mm512_set1_epi32(refcg_load_i32((const uint8_t*)wrow[r] + (int64_t)q * 64));
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], xv[v], w);
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    const int32_t oc = oc0 + r;
+    const refcg_rqv_avx512 rv = refcg_rqv_load_avx512(j->epi.rq, oc, 0, 0); /* channel oc in every lane */
+    const __m512i corr = _mm512_set1_epi32(j->epi.corr[oc]);
+    for (int v = 0; v < NV; ++v) {
+      const int64_t p = p0 + 16 * v;
+      if (p >= j->hw) break;
+      refcg_dwp_store_avx512(&j->epi, &rv, _mm512_add_epi32(acc[r][v], corr), oc, oc * j->epi.o_c + p,
+                             j->hw - p < 16 ? (int32_t)(j->hw - p) : 16);
+    }
+  }
+}
+
+/* Tiles: (group of 64 pixels) x (block of 6 channels), channel blocks fastest: the pixels'
+ * 64 x kp bytes stay in L1 while the weights stream. The last group runs only the 16-pixel
+ * blocks it has (a 14x14 plane: 13 blocks, not 16). */
+static void refcg_gemmp_avx512(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_gemmp_job* j = (const refcg_gemmp_job*)ctx;
+  const int64_t ncb = (j->n + REFCG_GEMMP_MR - 1) / REFCG_GEMMP_MR;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int32_t oc0 = (int32_t)(t % ncb) * REFCG_GEMMP_MR;
+    const int64_t p0 = t / ncb * REFCG_GEMMP_PX, blocks = (j->hw - p0 + 15) / 16;
+    if (blocks >= 4)
+      refcg_gemmp_tile_avx512(j, oc0, p0, 4);
+    else if (blocks == 3)
+      refcg_gemmp_tile_avx512(j, oc0, p0, 3);
+    else if (blocks == 2)
+      refcg_gemmp_tile_avx512(j, oc0, p0, 2);
+    else
+      refcg_gemmp_tile_avx512(j, oc0, p0, 1);
+  }
+}
+
 /* ---- qnn.add / subtract / mul: 16 elements per step, requantized like refcg_binary_one ---- */
 typedef struct {
   refcg_rqv_avx512 ra, rb;

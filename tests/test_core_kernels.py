@@ -60,6 +60,9 @@ SHAPES = [
     (3, 17, (9, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     (13, 37, (7, 6), (3, 2), (2, 1), (1, 0, 2, 1), (1, 1), 1),
     (64, 70, (5, 9), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    # 1x1 NCHW runs pixels in the lanes (AVX-512): channels not a multiple of 4, pixel tails, 256 pixels
+    (13, 20, (11, 13), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    (8, 40, (16, 16), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (9, 16, (11, 10), (3, 3), (1, 2), (2, 2, 2, 2), (2, 2), 1),
     (33, 33, (9, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "dw"),
     (21, 21, (10, 13), (5, 3), (2, 2), (2, 1, 2, 1), (1, 2), "dw"),
@@ -67,7 +70,7 @@ SHAPES = [
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"c{s[0]}o{s[1]}k{s[3][0]}x{s[3][1]}g{s[7]}")
-@pytest.mark.parametrize("layout,in_dtype", [("NHWC", "int8"), ("NCHW", "int8"), ("NHWC", "uint8")])
+@pytest.mark.parametrize("layout,in_dtype", [("NHWC", "int8"), ("NCHW", "int8"), ("NHWC", "uint8"), ("NCHW", "uint8")])
 def test_conv_variants_bit_exact(core, variant_env, shape, layout, in_dtype):
     in_c, out_c, (h, w), kernel, stride, pad, dilation, groups = shape
     groups = in_c if groups == "dw" else groups
