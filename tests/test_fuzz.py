@@ -71,16 +71,21 @@ def conv_op(draw, state):
     _, c, h, w = dims(state)
     groups = draw(st.sampled_from(sorted({1, c} | ({c // 2} if c % 2 == 0 and c > 2 else set()))))
     out_c = groups * draw(st.integers(1, max(1, 12 // groups)))
-    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    dil = (draw(st.sampled_from([1, 1, 2])), draw(st.sampled_from([1, 1, 2])))
-    pads = [draw(st.integers(0, 2)) for _ in range(4)]  # top, left, bottom, right
+    if draw(st.booleans()):  # random geometry
+        kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+        dil = (draw(st.sampled_from([1, 1, 2])), draw(st.sampled_from([1, 1, 2])))
+        pads = [draw(st.integers(0, 2)) for _ in range(4)]  # top, left, bottom, right
+        strides = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    else:  # what networks use (and kernels special-case: 1x1 stride 1 unpadded runs pixels in the lanes)
+        k, strides, pad = draw(st.sampled_from([(1, (1, 1), 0), (1, (2, 2), 0), (3, (1, 1), 1), (3, (2, 2), 1)]))
+        kh, kw, dil, pads = k, k, (1, 1), [pad] * 4
     # grow padding until the dilated kernel fits the padded input
     while h + pads[0] + pads[2] < (kh - 1) * dil[0] + 1:
         pads[2] += 1
     while w + pads[1] + pads[3] < (kw - 1) * dil[1] + 1:
         pads[3] += 1
     w_dtype = draw(st.sampled_from(QDTYPES))
-    return {"op": "conv2d", "out_c": out_c, "kernel": (kh, kw), "strides": (draw(st.integers(1, 3)), draw(st.integers(1, 3))),
+    return {"op": "conv2d", "out_c": out_c, "kernel": (kh, kw), "strides": strides,
             "dilation": dil, "padding": tuple(pads), "groups": groups, "w_dtype": w_dtype,
             "kernel_zp": draw(st.one_of(st.just(0 if w_dtype == "int8" else 128), zero_points(w_dtype))),
             "per_channel": draw(st.booleans()), "bias": draw(st.sampled_from([None, 1 << 10, 1 << 16, 1 << 24])),
