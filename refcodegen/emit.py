@@ -117,6 +117,12 @@ def bundled_core() -> str:
 
 
 @lru_cache(maxsize=1)
+def core_declarations() -> str:
+    """The core's headers, which every partition's C starts with (read once per process)."""
+    return _bundle(headers_only=True)
+
+
+@lru_cache(maxsize=1)
 def core_source() -> str:
     """The core module's C: the whole core with hidden-visibility entry points."""
     return environment().get_template("core.c.j2").render(core=bundled_core())
@@ -124,4 +130,4 @@ def core_source() -> str:
 
 def render(plan) -> str:
     c_identifier(plan.symbol, "partition")
-    return environment().get_template("module.c.j2").render(plan=plan, core_declarations=_bundle(headers_only=True))
+    return environment().get_template("module.c.j2").render(plan=plan, core_declarations=core_declarations())
