@@ -21,8 +21,7 @@ TARGET_F32 = "llvm -mcpu=skylake"  # sse4.1: TVM-only requantize computes in flo
 
 def build_and_load(mod, target, tmp_path, name, params=None, **export):
     """relay.build + export_library + load. Exports reuse compiled objects (the core is the same C
-    file in every refcg library); test_concurrency, test_core_dispatch, the fuzz checks and the
-    sanitizer runs export through TVM's default compile path."""
+    file in every refcg library); test_concurrency, test_core_dispatch and the sanitizer runs export through TVM's default compile path."""
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target=target, params=params)
     path = str(tmp_path / f"{name}.so")

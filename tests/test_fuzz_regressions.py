@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
+from tvm import relay
 
 from conftest import build_and_load, run
 from refcodegen import offload_report, partition_for_refcg
-from test_fuzz import ChainSpec, build_batch, check_batch, tvm_only_undefined
+from test_fuzz import ChainSpec, build_batch, check_batch, fuzz_batches, tvm_only_undefined
 
 # Found 2026-11-30 (seed 1, float64; every numerics): "max diff 255". Not refcg's: the avg_pool's last
 # ceil_mode window (W column 3: starts at 3*2=6, input W is 6, right pad 0) lies outside the padded
@@ -60,3 +62,19 @@ def test_tvm_only_llvm_verification_failure_is_counted_apart(tmp_path):
     [(bad, error)] = result["unbuildable"]
     assert bad is spec and "LLVM module verification failed" in error and "dbg_declare" in error
     assert result["cases"] == 0 and not result["mismatches"]
+
+
+def test_chains_around_an_unbuildable_one_are_compared_from_the_parts_built(tmp_path):
+    """The bisection keeps the parts TVM-only could build instead of building the batch again; their
+    outputs must be the ones a single TVM-only build of all those chains gives (inputs come from each
+    chain's seed, not its position)."""
+    [(good, numerics)] = fuzz_batches(3, 3, seed=5, numerics=st.just("tonearest"), chunk=3)
+    specs = [good[0], ChainSpec(**DBG_DECLARE), *good[1:]]
+    result = check_batch(specs, numerics, tmp_path)
+    assert [bad for bad, _ in result["unbuildable"]] == [specs[1]]
+    assert result["cases"] == 3 and not result["mismatches"]
+    with relay.qnn.op.requantize_config(rounding="TONEAREST"):
+        mod, inputs = build_batch(good, numerics)
+        whole = run(build_and_load(mod, "llvm", tmp_path, "whole"), inputs)
+    for (reference, _), want in zip(result["outputs"], whole, strict=True):
+        np.testing.assert_array_equal(reference, want)
