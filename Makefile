@@ -38,7 +38,8 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python tools/bench.py
 
-# Random QNN chains against TVM-only, 20 per build (tools/fuzz.py; e.g. FUZZ_ARGS="--cases 2000 --seed 3");
+# Random QNN chains against TVM-only, 20 per build, one process per core (tools/fuzz.py;
+# e.g. FUZZ_ARGS="--cases 2000 --seed 3 --jobs 2");
 # fuzz-large: codegen/export time and peak memory for a ResNet-50-sized weight set (~1 min).
 FUZZ_ARGS ?= --cases 10000 --batch 20
 fuzz: $(STAMP)

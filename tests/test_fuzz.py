@@ -8,7 +8,11 @@ build check them all. CI runs a bounded, derandomized number here; ``make fuzz``
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -611,3 +615,18 @@ def test_random_chains_match_tvm(tmp_path):
         assert result["cases"] >= CI_CHAINS - 2, result  # TVM-only's failures must not hollow the test out
         assert not result["mismatches"], "\n".join(f"{numerics}: {spec!r} max diff {d}"
                                                     for spec, d in result["mismatches"])
+
+
+def test_make_fuzz_adds_up_its_processes(tmp_path):
+    """``tools/fuzz.py --jobs 2`` (what ``make fuzz`` runs on two cores): both seeds run, and the
+    summary counts every chain of both."""
+    tool = Path(__file__).resolve().parent.parent / "tools" / "fuzz.py"
+    done = subprocess.run([sys.executable, str(tool), "--cases", "5", "--batch", "2", "--seed", "3", "--jobs", "2",
+                           "--failures", str(tmp_path / "failures.jsonl"), "--summary", str(tmp_path / "summary.json")],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "[seed 3," in done.stdout and "[seed 4," in done.stdout
+    totals = json.loads((tmp_path / "summary.json").read_text())["totals"]
+    assert totals["mismatches"] == 0 and "processes that died" not in totals
+    assert totals["cases"] + totals["chains TVM-only leaves undefined (not compared)"] \
+        + totals["chains TVM-only cannot build (not compared)"] == 5

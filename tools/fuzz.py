@@ -4,9 +4,11 @@ Uses the hypothesis strategies of ``tests/test_fuzz.py``. Each build holds ``--b
 chains (one output each), so one TVM-only and one refcg build check them all; the refcg partitions
 of a batch are merged into one (see ``merge_partitions``). Chains come from ``fuzz_batches`` (distinct chains, pooled per numerics: target /
 requantize_config). Mismatches are printed as specs and appended to ``--failures`` (JSON lines)
-for regression tests; chains whose TVM-only result is undefined are counted apart.
+for regression tests; chains whose TVM-only result is undefined are counted apart. ``--jobs``
+processes (default: one per core) draw from seeds ``seed``, ``seed+1``...: chains are distinct within a
+process; two seeds can draw the same chain (hypothesis' all-minimal one, say), which is checked twice.
 
-    python tools/fuzz.py --cases 10000 --batch 20 --seed 1
+    python tools/fuzz.py --cases 10000 --batch 20 --seed 1 --jobs 2
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import dataclasses
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -89,18 +92,8 @@ def cache_tvm_libinfo():
     te_compiler.libinfo = functools.lru_cache(maxsize=None)(tvm.support.libinfo)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--large-constants", action="store_true",
-                        help="instead of fuzzing: time and memory for a ResNet-50-sized weight set")
-    parser.add_argument("--cases", type=int, default=10000, help="random chains to check")
-    parser.add_argument("--batch", type=int, default=20,
-                        help="chains per build (TVM-only's build grows faster than linearly, g++ of the core is per build)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--failures", default="fuzz-failures.jsonl")
-    args = parser.parse_args()
-    if args.large_constants:
-        return large_constants()
+def fuzz(args) -> dict:
+    """One process: ``args.cases`` chains from ``args.seed``; returns the counters for the summary."""
     cache_tvm_libinfo()
     totals = Counter()
     stayed = Counter()
@@ -129,7 +122,7 @@ def main() -> int:
             with open(args.failures, "a") as out:
                 out.write(json.dumps({"numerics": numerics, "tvm_only_error": error,
                                       "spec": dataclasses.asdict(spec)}) + "\n")
-        totals["refcg partitions (one g++ each)"] += result["partitions"]
+        totals["refcg partitions"] += result["partitions"]
         totals["offloaded ops"] += result["offloaded"]
         totals["ops left in TVM"] += len(result["stayed"])
         stayed.update(reason for op, _, reason in result["stayed"] if op != "tuple")
@@ -138,7 +131,7 @@ def main() -> int:
             with open(args.failures, "a") as out:
                 out.write(json.dumps({"numerics": numerics, "max_diff": None if diff is None else int(diff),
                                       "spec": dataclasses.asdict(spec)}) + "\n")
-        print(f"[{time.time() - start:7.0f} s, {sum(timings.values()) / max(1, totals['cases']):.2f} s/case, "
+        print(f"[seed {args.seed}, {time.time() - start:7.0f} s, {sum(timings.values()) / max(1, totals['cases']):.2f} s/case, "
               f"cpu {cpu_seconds() / max(1, totals['cases']):.2f} s/case] "
               f"batch {totals['batches']:4d} {numerics:<9} "
               f"cases {totals['cases']:6d}  mismatches {totals['mismatches']}  "
@@ -154,16 +147,79 @@ def main() -> int:
         if specs is None:
             break
         check(specs, numerics)
-    print(f"\nfuzz summary after {time.time() - start:.0f} s: " + ", ".join(f"{k} {v}" for k, v in totals.items()))
+    return {"totals": totals, "timings": timings, "stayed": stayed, "cpu": cpu_seconds()}
+
+
+def fuzz_parallel(args) -> dict:
+    """``args.jobs`` child processes (seeds seed .. seed+jobs-1) sharing ``args.cases``; returns their
+    counters summed. Each child writes its failures apart; they are appended to ``args.failures`` at
+    the end. kill PID stops every child after its current build."""
+    with tempfile.TemporaryDirectory() as tmp:
+        children = []
+        for job in range(args.jobs):
+            cases = args.cases // args.jobs + (job < args.cases % args.jobs)
+            children.append(subprocess.Popen([
+                sys.executable, __file__, "--jobs", "1", "--cases", str(cases), "--batch", str(args.batch),
+                "--seed", str(args.seed + job), "--failures", f"{tmp}/failures{job}.jsonl",
+                "--summary", f"{tmp}/summary{job}.json"]))
+        signal.signal(signal.SIGTERM, lambda *_: [child.terminate() for child in children])
+        codes = [child.wait() for child in children]
+        merged = {"totals": Counter(), "timings": Counter(), "stayed": Counter(), "cpu": 0.0}
+        for job, code in enumerate(codes):
+            summary = Path(f"{tmp}/summary{job}.json")
+            if not summary.exists():  # a child that died: its batches cannot be vouched for
+                merged["totals"]["processes that died"] += 1
+                print(f"seed {args.seed + job}: the fuzz process died (exit code {code})", flush=True)
+                continue
+            for key, value in json.loads(summary.read_text()).items():
+                if isinstance(value, dict):
+                    merged[key].update(value)  # keeps zero counts ("mismatches 0"), unlike +
+                else:
+                    merged[key] += value
+            failures = Path(f"{tmp}/failures{job}.jsonl")
+            if failures.exists():
+                with open(args.failures, "a") as out:
+                    out.write(failures.read_text())
+    return merged
+
+
+def print_summary(result: dict, jobs: int, elapsed: float) -> None:
+    totals, timings = result["totals"], result["timings"]
+    print(f"\nfuzz summary after {elapsed:.0f} s ({jobs} process(es)): "
+          + ", ".join(f"{k} {v}" for k, v in totals.items()))
     cases = max(1, totals["cases"])
-    print(f"CPU (this process + g++): {cpu_seconds():.0f} s, {cpu_seconds() / cases:.2f} s/case")
-    print(f"wall seconds per phase (s/case over {totals['cases']} cases):")
+    print(f"CPU (fuzz processes + g++): {result['cpu']:.0f} s, {result['cpu'] / cases:.2f} s/case")
+    print(f"wall seconds per phase, summed over processes (s/case over {totals['cases']} cases):")
     for phase, seconds in timings.most_common():
         print(f"  {seconds:8.1f} s  {seconds / cases:6.3f}  {phase}")
     print("ops left in TVM, by reason:")
-    for reason, count in stayed.most_common(10):
+    for reason, count in result["stayed"].most_common(10):
         print(f"  {count:6d}  {reason}")
-    return 1 if totals["mismatches"] or totals["build errors"] else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--large-constants", action="store_true",
+                        help="instead of fuzzing: time and memory for a ResNet-50-sized weight set")
+    parser.add_argument("--cases", type=int, default=10000, help="random chains to check")
+    parser.add_argument("--batch", type=int, default=20,
+                        help="chains per build (TVM-only's build grows faster than linearly)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="processes, one seed each (seed, seed+1, ...): one per core")
+    parser.add_argument("--failures", default="fuzz-failures.jsonl")
+    parser.add_argument("--summary", help="also write the counters as JSON (how --jobs collects them)")
+    args = parser.parse_args()
+    if args.large_constants:
+        return large_constants()
+    start = time.time()
+    result = fuzz(args) if args.jobs == 1 else fuzz_parallel(args)
+    if args.summary:  # a child of --jobs: the parent prints the summary
+        Path(args.summary).write_text(json.dumps(result))
+    else:
+        print_summary(result, args.jobs, time.time() - start)
+    totals = result["totals"]
+    return 1 if totals["mismatches"] or totals["build errors"] or totals["processes that died"] else 0
 
 
 if __name__ == "__main__":
