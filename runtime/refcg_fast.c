@@ -201,7 +201,6 @@ static void refcg_unpack_rows(const void* ctx, int64_t r0, int64_t r1) {
   }
 }
 
-/* Padded extent needed by the output: rows up to (out-1)*stride + (k-1)*dilation. */
 /* refcg_gemmp_job's input: planes of 4 channels interleaved byte by byte (x ^ flip), channels
  * past cin read as 0 (their packed weights are 0). Rows are groups of 4 channels. */
 typedef struct {
@@ -252,6 +251,7 @@ static inline int refcg_planar(const int64_t* stride, int32_t h, int32_t w) {
   return stride[2] == 1 && stride[1] == w && stride[3] == (int64_t)h * w;
 }
 
+/* Padded extent needed by the output: rows up to (out-1)*stride + (k-1)*dilation. */
 static inline int32_t refcg_padded_extent(int32_t in, int32_t pad, int32_t out, int32_t stride, int32_t k, int32_t dil) {
   const int32_t need = (out - 1) * stride + (k - 1) * dil + 1;
   return need > in + pad ? need : in + pad;

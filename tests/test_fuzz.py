@@ -462,7 +462,7 @@ def tvm_only_build(specs: list[ChainSpec], numerics: str):
 def isolate_unbuildable(specs: list[ChainSpec], numerics: str, error: str) -> tuple[list, list]:
     """Bisects ``specs`` (which TVM-only cannot build). Returns ([(spec, error)] of the chains it cannot
     build, [(specs, lib, module, inputs)] of the parts it built, in order): the built parts are kept so the
-    batch is not built again (that rebuild was ~15% of a fuzz run's CPU)."""
+    batch is not built a second time."""
     if len(specs) == 1:
         return [(specs[0], error)], []
     bad, built = [], []

@@ -8,9 +8,9 @@ import pytest
 import tvm
 from tvm import relay
 
-from conftest import build_and_load, compare_with_tvm, random_int, run
+from conftest import compare_with_tvm, load, random_int, run
 from models import module, qconv_block
-from refcodegen import RefcgError, offload_report, partition_for_refcg
+from refcodegen import RefcgError, objcache, offload_report, partition_for_refcg
 from refcodegen.partition import refcg_functions
 from test_ops_common import const, qadd, qparams
 
@@ -190,8 +190,8 @@ def test_large_constant_data_is_stored_once_in_compact_c(tmp_path, rng):
         lib = relay.build(partition_for_refcg(module([x], y)), target="llvm")
     [partition] = [m for m in lib.get_lib().imported_modules if m.type_key == "c"]
     assert len(partition.get_source()) / (4 * 256 * 256 * 9) < 4.5  # bytes of C per weight (4.1 measured)
-    out = run(build_and_load(partition_for_refcg(module([x], y)), "llvm", tmp_path, "large"),
-              {"x": random_int(rng, (1, 256, 7, 7), "int8")})
+    lib.export_library(str(tmp_path / "large.so"), fcompile=objcache.create_shared)
+    out = run(load(str(tmp_path / "large.so")), {"x": random_int(rng, (1, 256, 7, 7), "int8")})
     assert out[0].shape == (1, 256, 7, 7) and out[0].dtype == np.int8
 
 
