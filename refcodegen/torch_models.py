@@ -8,10 +8,47 @@ uint8 activations; or ``"qnnpack"``: per-tensor), ``prepare`` -> calibrate -> ``
 FX mode (``prepare_fx``/``convert_fx`` with ``get_default_qconfig_mapping("fbgemm")``, then
 ``torch.jit.trace``) imports too, with extra quantize/dequantize pairs around flatten.
 Needs the ``torch`` extra.
+
+torchvision (for its quantizable networks) comes through ``import_torchvision()``: the PyPI
+torchvision 0.28.0 wheel is built against the CUDA torch, so with the CPU torch its C operators
+(detection ops, which the networks do not use) do not load and its import fails unless their
+schemas exist. With the CUDA torch, import torchvision before tvm: its CUDA libraries carry an
+LLVM of their own, and the other order aborts ("Option ... registered more than once").
 """
 from __future__ import annotations
 
+import sys
+
 INPUT_SHAPE = (1, 3, 32, 32)
+
+# Operators torchvision registers fake kernels for at import time, whether or not its C
+# extension loaded: with a CPU torch they must exist, so declare their schemas first.
+_TORCHVISION_SCHEMAS = (
+    "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+)
+_torchvision_library = None
+
+
+def import_torchvision():
+    """``import torchvision`` that works with the CPU torch build and says why it cannot."""
+    global _torchvision_library
+    if "torchvision" in sys.modules:
+        return sys.modules["torchvision"]
+    import torch
+
+    try:
+        import torchvision  # a CUDA torch loads torchvision's C operators itself
+    except RuntimeError as error:
+        if "torchvision::" not in str(error):
+            raise
+        _torchvision_library = torch.library.Library("torchvision", "FRAGMENT")
+        for schema in _TORCHVISION_SCHEMAS:
+            _torchvision_library.define(schema)
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        import torchvision
+    return torchvision
 
 
 def _modules():
