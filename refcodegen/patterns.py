@@ -144,10 +144,21 @@ REJECTIONS = Rejections()
 
 
 def _checked(check, anchor_of):
+    """The predicate MergeComposite calls: records why a match is rejected. The one place a check's
+    exception is caught: it rejects the match (the op stays in TVM) instead of aborting partitioning."""
     def predicate(expr) -> bool:
-        reason = check(expr)
+        try:
+            reason = check(expr)
+        except Exception as err:  # noqa: BLE001  any bug in a check must leave the op in TVM
+            text = str(err).strip().splitlines()
+            last = text[-1][:200] if text else ""
+            reason = f"refcg check of {checks.op_name(expr)} raised {type(err).__name__}: {last}"
         if reason is not None:
-            REJECTIONS.record(anchor_of(expr), reason)
+            try:
+                anchors = anchor_of(expr)
+            except Exception:  # noqa: BLE001  the match does not have the expected form: name the root
+                anchors = expr
+            REJECTIONS.record(anchors, reason)
         return reason is None
 
     return predicate

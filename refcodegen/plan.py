@@ -140,7 +140,7 @@ def plan_conv2d(name: str, body: relay.Expr, src: Buffer, dst: Buffer, target) -
     neon = tvm_uses_neon_q31x4(target, "conv2d", channels=out_dims["C"], layout=attrs.data_layout,
                                groups=int(attrs.groups))
     requant = _requantize_step(req, clip, target, neon) if req is not None else no_requantize()
-    # int16: the C core's fast epilogues store int8/uint8/int32 only; the reference narrows by wrapping
+    # int16 (accumulator or requantized): the C core's fast epilogues store int8/uint8/int32 only
     fast = pack_conv2d_fast(packed, params, checks.dtype_of(data), bias_value) if dst.dtype != "int16" else None
     return Conv2D(name, src, dst, params, packed, bias_value, requant, fast=fast)
 
@@ -192,7 +192,9 @@ def plan_dense(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer,
         bias_value = _constant(bias.args[1], "qnn.dense", "bias").reshape(-1).astype("int32")
     neon = tvm_uses_neon_q31x4(target, "dense", channels=dst.shape[1])
     requant = _requantize_step(req, parts["clip"], target, neon) if req is not None else no_requantize()
-    fast = pack_gemm_weights(w, params["kernel_zp"], params["input_zp"], srcs[0].dtype, bias_value)
+    fast = None  # int16 output: the reference kernel (fast epilogues store 8-bit and int32 only)
+    if dst.dtype != "int16":
+        fast = pack_gemm_weights(w, params["kernel_zp"], params["input_zp"], srcs[0].dtype, bias_value)
     return Kernel(name, srcs, dst, params, "dense.c.j2", weight=w, bias=bias_value, requant=requant, fast=fast)
 
 

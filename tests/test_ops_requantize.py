@@ -74,3 +74,34 @@ def test_quantize_dequantize_at_partition_boundaries(tmp_path, rng, numerics):
     cases.add(relay.qnn.op.dequantize(y, const(0.6), const(0, "int32")), "float32")
     cases.add(relay.qnn.op.dequantize(u, const(0.37), const(128, "int32")), "float32")
     cases.compare(tmp_path, numerics)
+
+
+INT16_SWEEP = [
+    # in shape, in dtype, in scale(s), in zp, out scale, out zp, out dtype, axis, clip
+    ((2, 40), "int16", 0.003, 7, 0.05, -3, "int8", -1, None),
+    ((1, 3, 4, 5), "int16", [0.002, 0.04, 0.0007], -20, 0.03, 128, "uint8", 1, (10, 250)),
+    ((3, 16), "int16", 0.5, 0, 0.0009, 5, "int32", -1, None),  # ratio above 1
+    ((2, 24), "int8", 0.05, 3, 0.0004, -100, "int16", -1, None),
+    ((1, 4, 3, 3), "int32", [0.0001, 0.002, 0.00003, 0.0007], 11, 0.001, 9, "int16", 1, (-3000, 20000)),
+    ((2, 8), "uint8", 0.1, 128, 0.1, 0, "int16", -1, None),  # equal scales: TVM skips the multiply
+    ((4, 9), "int16", 0.01, -2, 0.003, 1, "int16", -1, None),
+]
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "tonearest", "float32"])
+def test_requantize_int16_matches_tvm(tmp_path, rng, numerics):
+    """qnn.requantize to and from int16 (+clip), alone and fused after a conv and a dense."""
+    from models import qconv_block
+
+    cases = Cases()
+    for shape, dtype, in_scale, in_zp, out_scale, out_zp, out_dtype, axis, clip in INT16_SWEEP:
+        x = cases.var(shape, dtype, rng, *((-3_000_000, 3_000_000) if dtype == "int32" else ()))
+        cases.add(requantize(x, in_scale, in_zp, out_scale, out_zp, out_dtype, axis, clip=clip))
+    x = cases.var((1, 4, 6, 6), "int8", rng)
+    cases.add(qconv_block(x, rng, in_c=4, out_c=8, per_channel=True, output_scale=0.0005, out_dtype="int16",
+                          clip=(-20000, 30000), weight_range=(-63, 63)))  # skylake TVM-only: vpmaddubsw saturates
+    x = cases.var((3, 10), "uint8", rng)
+    w = relay.const(random_int(rng, (6, 10), "int8"))
+    y = relay.qnn.op.dense(x, w, const(128, "int32"), const(0, "int32"), const(0.05), const(0.01), units=6)
+    cases.add(requantize(y, 0.0005, 0, 0.0001, -7, "int16"))
+    cases.compare(tmp_path, numerics)
