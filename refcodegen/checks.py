@@ -455,8 +455,27 @@ def check_pool(root) -> str | None:
     return None
 
 
+def check_axis_qparams(call, shape, scale, zero_point, dtype: str, what: str) -> str | None:
+    """Scale and zero point of qnn.quantize/dequantize: each a scalar or one value per element of
+    the ``axis`` dimension (zero points may differ per channel), zero points in the ``dtype`` range."""
+    reason = check_scale(scale, f"{what} scale")
+    if reason:
+        return reason
+    zp = const_value(zero_point)
+    if zp is None or zp.dtype != np.int32:
+        return f"{what} zero point is not an int32 constant"
+    channels = shape[int(call.attrs.axis) % len(shape)]
+    for name, value in (("scale", const_value(scale)), ("zero point", zp)):
+        if value.size not in (1, channels):
+            return f"{what} {name} has {value.size} values for an axis of length {channels}"
+    lo, hi = DTYPE_RANGE[dtype]
+    if zp.size == 0 or zp.min() < lo or zp.max() > hi:
+        return f"{what} zero point outside the {dtype} range"
+    return None
+
+
 def check_quantize(call) -> str | None:
-    """qnn.quantize of a computed float32 tensor, or qnn.dequantize, with per-tensor qparams."""
+    """qnn.quantize of a computed float32 tensor, or qnn.dequantize, per tensor or along any axis."""
     data, scale, zero_point = call.args
     if op_name(call) == "qnn.quantize":
         if is_constant_subgraph(data):
@@ -466,7 +485,7 @@ def check_quantize(call) -> str | None:
     else:
         reason = check_tensor(data, "dequantize input") or check_tensor(call, "dequantize output", dtypes=("float32",))
         quant_dtype = dtype_of(data)
-    return reason or check_qparams(scale, zero_point, quant_dtype, op_name(call)[4:])
+    return reason or check_axis_qparams(call, static_shape(data), scale, zero_point, quant_dtype, op_name(call)[4:])
 
 
 # qnn unary ops TVM 0.19 canonicalizes to a function of each 8-bit value (a lookup table)

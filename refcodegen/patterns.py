@@ -10,6 +10,7 @@ from tvm.relay.dataflow_pattern import is_constant, is_op, is_tuple, wildcard
 from tvm.relay.op.contrib.register import register_pattern_table
 
 from . import checks, lut, softmax
+from .consumers import DEQUANTIZE_USES
 
 COMPILER = "refcg"
 
@@ -193,7 +194,8 @@ KERNEL_FAMILIES = [
      lambda e: checks.check_float_softmax(e) or softmax.x86_target_reason(lut.partition_target()),
      lambda e: e.args[0]),
     ("quantize", lambda: is_op("qnn.quantize")(wildcard(), *constants(2)), checks.check_quantize, lambda e: e),
-    ("quantize", lambda: is_op("qnn.dequantize")(wildcard(), *constants(2)), checks.check_quantize, lambda e: e),
+    ("quantize", lambda: is_op("qnn.dequantize")(wildcard(), *constants(2)),
+     lambda e: checks.check_quantize(e) or DEQUANTIZE_USES.reason(e), lambda e: e),
     # last: a requantize after a conv or dense belongs to that kernel's epilogue
     ("requantize", requantize_pattern, checks.check_requantize_alone, lambda e: checks.epilogue_parts(e)["requantize"]),
 ]

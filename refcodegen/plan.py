@@ -309,13 +309,23 @@ def plan_pool2d(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer
 
 
 def plan_quantize(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    """qnn.quantize / qnn.dequantize, per tensor or along ``axis`` (scale and zero point broadcast
+    along it as TVM's ExpandBiasToMatchAxis does)."""
     body = func.body
     _, scale, zero_point = body.args
     op = checks.op_name(body)[4:]
+    shape = dst.shape
+    scales, zps = checks.const_value(scale).reshape(-1), checks.const_value(zero_point).reshape(-1)
+    axis = int(body.attrs.axis) % len(shape)
+    channels = shape[axis] if max(scales.size, zps.size) > 1 else 1
+    if channels == 1:  # per tensor: one channel spanning the whole tensor
+        axis = len(shape)
     params = {
-        "op": op, "size": int(np.prod(dst.shape, dtype=np.int64)),
+        "op": op, "outer": int(np.prod(shape[:axis], dtype=np.int64)), "channels": channels,
+        "inner": int(np.prod(shape[axis + 1:], dtype=np.int64)),
         "quant_dtype": DTYPE_CODE[dst.dtype if op == "quantize" else srcs[0].dtype],
-        "zero_point": int(_scalar(zero_point)), "scale": float(_scalar(scale)),
+        "scales": np.broadcast_to(scales, (channels,)).astype("float32").tolist(),
+        "zero_points": np.broadcast_to(zps, (channels,)).astype("int64").tolist(),
     }
     return Kernel(name, srcs, dst, params, "quantize.c.j2")
 
