@@ -317,12 +317,11 @@ def plan_quantize(name: str, func: relay.Function, srcs: list[Buffer], dst: Buff
     shape = dst.shape
     scales, zps = checks.const_value(scale).reshape(-1), checks.const_value(zero_point).reshape(-1)
     axis = int(body.attrs.axis) % len(shape)
-    channels = shape[axis] if max(scales.size, zps.size) > 1 else 1
-    if channels == 1:  # per tensor: one channel spanning the whole tensor
-        axis = len(shape)
+    per_axis = max(scales.size, zps.size) > 1
+    channels = shape[axis] if per_axis else 1  # per tensor: one channel spanning the whole tensor
     params = {
-        "op": op, "outer": int(np.prod(shape[:axis], dtype=np.int64)), "channels": channels,
-        "inner": int(np.prod(shape[axis + 1:], dtype=np.int64)),
+        "op": op, "outer": int(np.prod(shape[:axis], dtype=np.int64)) if per_axis else 1, "channels": channels,
+        "inner": int(np.prod(shape[axis + 1:] if per_axis else shape, dtype=np.int64)),
         "quant_dtype": DTYPE_CODE[dst.dtype if op == "quantize" else srcs[0].dtype],
         "scales": np.broadcast_to(scales, (channels,)).astype("float32").tolist(),
         "zero_points": np.broadcast_to(zps, (channels,)).astype("int64").tolist(),

@@ -203,3 +203,32 @@ def test_checks_accept_or_give_a_reason_and_accepted_cases_match_tvm(tmp_path):
     left = [op for op in offload_report(partitioned).stayed_ops if op != "reinterpret"]
     assert not left, [label for label, _, _, _ in chosen]
     print("\n".join(label for label, _, _, _ in chosen))
+
+
+def conv_requantize(x, rng, out_dtype):
+    y = relay.qnn.op.conv2d(x, ints("int8", (4, 4, 3, 3), rng, -5, 5), const(0, "int32"), const(0, "int32"),
+                            const(0.1), const(0.1), kernel_size=(3, 3), channels=4)
+    return relay.qnn.op.requantize(y, const(0.01), const(0, "int32"), const(0.05), const(0, "int32"),
+                                   out_dtype=out_dtype)
+
+
+def test_issue_14_int16_requantize_after_conv_partitions(rng):
+    """It raised KeyError: 'int16' from check_zero_point and aborted partition_for_refcg."""
+    x = relay.var("x", shape=(1, 4, 6, 6), dtype="int8")
+    report = offload_report(partition_for_refcg(module([x], conv_requantize(x, rng, "int16"))))
+    assert not report.stayed and report.offloaded_ops["qnn.requantize"] == 1, str(report)
+
+
+def test_a_check_that_raises_rejects_the_op_with_the_exception_as_reason(tmp_path, rng, monkeypatch):
+    import refcodegen.checks
+
+    def broken(*args, **kwargs):
+        raise KeyError("int16")
+
+    monkeypatch.setattr(refcodegen.checks, "check_zero_point", broken)  # every check with qparams calls it
+    x = relay.var("x", shape=(1, 4, 6, 6), dtype="int8")
+    mod = module([x], conv_requantize(x, rng, "int8"))
+    partitioned = compare_with_tvm(mod, {"x": random_int(rng, (1, 4, 6, 6), "int8")}, tmp_path, expect_partitions=0)
+    reasons = {op: reason for op, _, reason in offload_report(partitioned).stayed}
+    assert "refcg check of qnn.conv2d raised KeyError: 'int16'" in reasons["qnn.conv2d"], reasons
+    assert "refcg check of qnn.requantize raised KeyError: 'int16'" in reasons["qnn.requantize"], reasons

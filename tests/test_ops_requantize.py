@@ -169,3 +169,15 @@ def test_dequantize_feeding_float_arithmetic_stays_in_tvm(tmp_path, rng, numeric
     assert report.offloaded_ops["qnn.dequantize"] == 4, str(report)
     reasons = [reason for op, _, reason in report.stayed if op == "qnn.dequantize"]
     assert len(reasons) == 4 and all("TVM-only computes together" in r for r in reasons), str(report)
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "float32"])
+def test_quantize_after_float_arithmetic(tmp_path, rng, numerics):
+    """TVM-only fuses x * a + b (an FMA on skylake) with the quantize's division; refcg quantizes the
+    result TVM computed for the same producer: division does not contract, the results agree."""
+    cases = Cases()
+    x = float_input(cases, (2, 4, 16), rng, [0.1] * 4, 1)
+    y = relay.add(relay.multiply(x, const(np.float32(0.77))), const(rng.standard_normal((4, 1)).astype("float32")))
+    q = relay.qnn.op.quantize(y, const([0.05, 0.11, 0.3, 0.021]), const([1, 0, -3, 7], "int32"), axis=1)
+    partitioned = compare(module(cases.params, q), cases.inputs, tmp_path, numerics)
+    assert offload_report(partitioned).offloaded_ops["qnn.quantize"] == 1
