@@ -16,6 +16,7 @@ from .errors import RefcgError
 from .patterns import COMPILER
 from .plan import build_plan
 from .scoped_fold import scoped_fold
+from .armfuse import keep_boundaries
 
 # Hooks for tests and tools: called with (stage, function) as the codegen runs.
 OBSERVERS: list = []
@@ -27,7 +28,7 @@ def generate_c(func) -> tuple[str, str]:
     target = resolve_build_target(func)
     for observe in OBSERVERS:
         observe("received", func)
-    folded = scoped_fold(func)
+    folded = keep_boundaries(func, scoped_fold(func))
     for observe in OBSERVERS:
         observe("folded", folded)
     return symbol, render(build_plan(folded, symbol, target))

@@ -23,7 +23,7 @@ MODES = {
     ("TONEAREST", "float32"): 3,
     ("UPWARD", "float64"): 4,
     ("TONEAREST", "float64"): 5,
-    ("UPWARD", "int64-neon"): 6,  # see tvm_uses_neon_q31x4
+    ("UPWARD", "int64-neon"): 6,  # see armfuse
 }
 
 DTYPE_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-(2**15), 2**15 - 1), "int32": (-(2**31), 2**31 - 1)}
@@ -48,44 +48,76 @@ def is_arm_cpu_aarch64(target) -> bool:
     return str(target.attrs.get("mtriple", "")).startswith("aarch64")
 
 
-# Shapes for which TVM 0.19's arm_cpu schedules hand tir.q_multiply_shift int32x4 vectors,
-# measured by grepping TVM-only builds for sqrdmulh (tests/test_arm_numerics.py re-checks it):
-# schedule_conv2d_NHWC and dense_gemm_schedule split the fused output's channels by 4, the
-# injective schedule splits the last axis by 16 bytes (4 lanes only for int32 outputs).
-def _neon_conv2d(layout, groups, channels, out_dtype):
-    return layout == "NHWC" and groups == 1 and (channels == 4 or channels % 8 == 0)
+def injective_lanes(last_axis: int, out_dtype: str) -> int:
+    """Lanes of topi.arm_cpu.schedule_injective (topi/arm_cpu/injective.py:68-73): the output's
+    last axis split by 16 bytes of the OUTPUT dtype and vectorized; an extent below the factor
+    becomes the vector, a remainder (guarded split) stays scalar."""
+    factor = 16 // np.dtype(out_dtype).itemsize
+    if last_axis <= factor:
+        return last_axis
+    return factor if last_axis % factor == 0 else 1
 
 
-def _neon_dense(layout, groups, channels, out_dtype):
-    return channels == 4
+def _conv_shape(conv):
+    attrs = conv.attrs
+    layout = str(attrs.data_layout)
+    data_shape = [int(d) for d in conv.args[0].checked_type.shape]
+    out_c = int(conv.checked_type.shape[layout.index("C")])
+    return layout, int(attrs.groups), data_shape[layout.index("C")], out_c, tuple(int(d) for d in attrs.dilation)
 
 
-def _neon_requantize(layout, groups, channels, out_dtype):
-    return out_dtype == "int32" and channels % 4 == 0
+def conv2d_output_sliced(target, conv) -> bool:
+    """Does TVM's arm_cpu conv2d legalization pad the output channels to a multiple of 8 and
+    strided_slice them back (topi/arm_cpu/conv2d_alter_op.py:501-570 -> topi/generic/conv2d.py
+    conv2d_alter_int8_common: groups 1, dilation 1, int8 kernel, only when the conv is still
+    int8 after qnn legalization: NHWC, or any layout with +dotprod (qnn/op/legalizations.py:488-503))?
+    The requantize then follows a strided_slice instead of the conv's own schedule."""
+    layout, groups, _, out_c, dilation = _conv_shape(conv)
+    int8 = layout == "NHWC" or target.features.has_dotprod
+    return int8 and groups == 1 and dilation == (1, 1) and out_c % 8 != 0
 
 
-NEON_Q31X4_SCHEDULES = {"conv2d": _neon_conv2d, "dense": _neon_dense, "requantize": _neon_requantize}
+def tvm_aarch64_lanes(target, kernel: str, *, conv=None, channels: int = 0) -> int:
+    """Lanes of the loop holding the fused output stage of a TVM 0.19 arm_cpu kernel on aarch64
+    (llvm -device=arm_cpu -mtriple=aarch64-*), for the strategy relay/op/strategy/arm_cpu.py
+    picks; a requantize in that stage rounds with NEON when this is 4 (tensor_intrin.py:1113-1158).
 
-
-def tvm_uses_neon_q31x4(target, op: str, *, channels: int, layout: str = "", groups: int = 1,
-                        out_dtype: str = "int8") -> bool:
-    """Does TVM-only requantize ``op``'s output with the aarch64 NEON q_multiply_shift?
-
-    On llvm aarch64 targets TVM lowers ``tir.q_multiply_shift`` on int32x4 vectors to
-    sqrdmulh + srshl, rounding twice (topi/arm_cpu/tensor_intrin.py; apache/tvm#11155),
-    and everything else (scalars, other lane counts, per-axis multipliers) to the exact
-    int64 formula. ``channels`` is the innermost output axis (NHWC channels, dense units,
-    the last axis of a plain requantize).
+    conv2d, groups 1, NHWC (HWIO; strategy arm_cpu.py:218-256, int8 or uint8 data): conv2d_gemm
+        with schedule_conv2d_NHWC, which splits the fused output's channels by 4 and vectorizes
+        (topi/arm_cpu/conv2d.py:585-593); a sliced output (``conv2d_output_sliced``) is not here.
+    conv2d, groups 1, NCHW: int16 after qnn legalization without +dotprod -> spatial pack (no
+        4-lane output stage); with +dotprod and >= 64 (padded) input channels conv2d_nchw_int8
+        (arm_cpu.py:125-135), NCHWc with int32_lanes=4 (topi/arm_cpu/conv2d_int8.py:135-185).
+    group conv NCHW: oc_bn = largest of 4..1 dividing the channels per group, the output's
+        oc_block vectorized (topi/arm_cpu/group_conv2d.py:63-97, 370-376); NHWC: generic, none.
+    depthwise (NCHW arm_cpu/x86 schedules, NHWC generic): no 4-lane output stage (measured).
+    dense: dense_pack.x86 (arm_cpu.py:751-762; int8 has no arm_cpu dense): the output's
+        tile_x inner factor, the largest of 8..1 dividing the units (topi/x86/dense.py:74-79,
+        105-140; get_simd_32bit_lanes() is 4 off x86).
+    pool: x86 schedule_pool, which leaves a fused output stage unvectorized (topi/x86/pooling.py:98-106).
     """
-    rule = NEON_Q31X4_SCHEDULES.get(op)
-    return bool(rule and is_arm_cpu_aarch64(target) and rule(layout, groups, channels, out_dtype))
+    if kernel == "dense":
+        return next(bn for bn in range(8, 0, -1) if channels % bn == 0)
+    if kernel == "pool":
+        return 1
+    layout, groups, in_c, out_c, _ = _conv_shape(conv)
+    if groups == in_c == out_c:
+        return 1
+    if groups > 1:
+        per_group = out_c // groups
+        return next(bn for bn in range(4, 0, -1) if per_group % bn == 0) if layout == "NCHW" else 1
+    if layout == "NHWC":
+        return 4 if out_c % 4 == 0 else 1
+    padded_in_c = -(-in_c // 8) * 8
+    return 4 if target.features.has_dotprod and padded_in_c >= 64 else 1
 
 
 def resolve_mode(rounding_attr: str, compute_attr: str, target, neon_q31x4: bool = False) -> tuple[str, str]:
     """The (rounding, compute_dtype) pair TVM-only would use for this requantize under ``target``.
 
-    ``neon_q31x4``: ``tvm_uses_neon_q31x4`` for the op; an UPWARD int64 requantize then
-    becomes ``("UPWARD", "int64-neon")`` (``make_requantize`` keeps per-channel ones exact).
+    ``neon_q31x4``: TVM-only computes this requantize on int32x4 vectors (``armfuse``); an UPWARD
+    int64 requantize then becomes ``("UPWARD", "int64-neon")`` (``make_requantize`` keeps
+    per-channel ones exact: q_multiply_shift_per_axis has no aarch64 lowering, intrin_rule.cc:286).
     """
     from tvm.relay.qnn.op.qnn import current_requantize_config
     from tvm.target.x86 import target_has_features

@@ -7,6 +7,7 @@ import tvm
 from tvm import relay
 from tvm.relay.build_module import bind_params_by_name
 
+from .armfuse import tag_boundaries
 from .consumers import DEQUANTIZE_USES
 from .patterns import COMPILER, REJECTIONS, pattern_table
 
@@ -65,6 +66,7 @@ def partition_for_refcg(mod, params=None, *, target=None, fold_batch_norm: bool 
         mod = tvm.transform.Sequential(prepare_passes(fold_batch_norm, fake_quantization_to_integer))(mod)
         DEQUANTIZE_USES.analyze(mod["main"])  # the dequantize check needs each result's consumers
         mod = partition(mod)
+    mod = tag_boundaries(mod)
     if target is not None:
         mod = _tag_target(mod, str(tvm.target.Target(target)))
     reasons = {f"{op}|{ty}": sorted(r) for (op, ty), r in REJECTIONS.reasons.items()}

@@ -13,9 +13,9 @@ import numpy as np
 from tvm import relay
 
 from . import checks, lut, softmax
+from .armfuse import FusionContext
 from .errors import RefcgError
-from .numerics import (DTYPE_RANGE, Requantize, make_requantize, no_requantize, resolve_mode,
-                       tvm_uses_neon_q31x4)
+from .numerics import DTYPE_RANGE, Requantize, is_arm_cpu_aarch64, make_requantize, no_requantize, resolve_mode
 from .packing import ConvFast, pack_conv2d_fast, pack_conv2d_weight, pack_gemm_weights
 
 DTYPE_CODE = {"int8": "REFCG_S8", "uint8": "REFCG_U8", "int16": "REFCG_S16", "int32": "REFCG_S32"}
@@ -107,7 +107,7 @@ def _fused_pad(pad, layout: str) -> tuple[int, int]:
     return widths[layout.index("H")], widths[layout.index("W")]
 
 
-def plan_conv2d(name: str, body: relay.Expr, src: Buffer, dst: Buffer, target) -> Conv2D:
+def plan_conv2d(name: str, body: relay.Expr, src: Buffer, dst: Buffer, target, ask=None) -> Conv2D:
     parts = checks.conv2d_parts(body)
     conv, req, bias, clip = parts["conv"], parts["requantize"], parts["bias"], parts["clip"]
     attrs = conv.attrs
@@ -137,9 +137,7 @@ def plan_conv2d(name: str, body: relay.Expr, src: Buffer, dst: Buffer, target) -
     bias_value = None
     if bias is not None:
         bias_value = _constant(bias.args[1], "qnn.conv2d", "bias").reshape(-1).astype("int32")
-    neon = tvm_uses_neon_q31x4(target, "conv2d", channels=out_dims["C"], layout=attrs.data_layout,
-                               groups=int(attrs.groups))
-    requant = _requantize_step(req, clip, target, neon) if req is not None else no_requantize()
+    requant = _requantize_step(req, clip, target, ask) if req is not None else no_requantize()
     # int16 (accumulator or requantized): the C core's fast epilogues store int8/uint8/int32 only
     fast = pack_conv2d_fast(packed, params, checks.dtype_of(data), bias_value) if dst.dtype != "int16" else None
     return Conv2D(name, src, dst, params, packed, bias_value, requant, fast=fast)
@@ -158,11 +156,25 @@ def _out_range(dtype: str, clip) -> tuple[int, int]:
     return max(lo, int(clip.attrs.a_min)), min(hi, int(clip.attrs.a_max))  # TVM truncates clip bounds
 
 
-def _requantize_step(req, clip, target, neon: bool = False) -> Requantize:
+def _q31x4(rounding: str, compute: str, in_scale, out_scale, ask) -> bool:
+    """Whether TVM-only rounds this requantize with NEON (``ask``: ``FusionContext.q31x4`` for it,
+    None off aarch64). Asked only where it changes the arithmetic: a per-tensor UPWARD int64
+    requantize that multiplies (equal scales skip tir.q_multiply_shift, requantize.cc:230)."""
+    if ask is None or (rounding, compute) != ("UPWARD", "int64"):
+        return False
+    in_scale = np.asarray(in_scale, dtype="float32")
+    if in_scale.ndim != 0 or float(in_scale) == float(np.asarray(out_scale, dtype="float32")):
+        return False
+    return ask()
+
+
+def _requantize_step(req, clip, target, ask=None) -> Requantize:
     """The Requantize constants of a ``qnn.requantize`` call (+clip) under the build target.
 
-    ``neon``: ``tvm_uses_neon_q31x4`` for the op this requantize ends (aarch64 rounding)."""
+    ``ask``: the aarch64 rounding question for this requantize (see ``_q31x4``)."""
     _, in_scale, in_zp, out_scale, out_zp = req.args
+    rounding, compute = resolve_mode(req.attrs.rounding, req.attrs.compute_dtype, target)
+    neon = _q31x4(rounding, compute, checks.const_value(in_scale), checks.const_value(out_scale), ask)
     rounding, compute = resolve_mode(req.attrs.rounding, req.attrs.compute_dtype, target, neon)
     clip_range = (float(clip.attrs.a_min), float(clip.attrs.a_max)) if clip is not None else None
     return make_requantize(
@@ -176,7 +188,7 @@ def _scalar(expr) -> float | int:
     return checks.const_value(expr).reshape(-1)[0]
 
 
-def plan_dense(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+def plan_dense(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target, ask=None) -> Kernel:
     body = func.body
     parts = checks.epilogue_parts(body)
     dense, req, bias = parts["anchor"], parts["requantize"], parts["bias"]
@@ -190,8 +202,7 @@ def plan_dense(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer,
     bias_value = None
     if bias is not None:
         bias_value = _constant(bias.args[1], "qnn.dense", "bias").reshape(-1).astype("int32")
-    neon = tvm_uses_neon_q31x4(target, "dense", channels=dst.shape[1])
-    requant = _requantize_step(req, parts["clip"], target, neon) if req is not None else no_requantize()
+    requant = _requantize_step(req, parts["clip"], target, ask) if req is not None else no_requantize()
     fast = None  # int16 output: the reference kernel (fast epilogues store 8-bit and int32 only)
     if dst.dtype != "int16":
         fast = pack_gemm_weights(w, params["kernel_zp"], params["input_zp"], srcs[0].dtype, bias_value)
@@ -204,6 +215,11 @@ def _operands(func: relay.Function, srcs: list[Buffer], exprs) -> list[Buffer]:
     return [by_param[e] for e in exprs]
 
 
+def _param_index(func: relay.Function, expr) -> int | None:
+    """Position of a composite-body operand among the composite's parameters (None: a constant)."""
+    return next((i for i, param in enumerate(func.params) if param.same_as(expr)), None)
+
+
 def _broadcast_strides(shape, out_shape) -> list[int]:
     """Element strides of a compact ``shape`` broadcast to ``out_shape`` (0 where broadcast)."""
     shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
@@ -214,7 +230,7 @@ def _broadcast_strides(shape, out_shape) -> list[int]:
     return strides[::-1]
 
 
-def plan_binary(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+def plan_binary(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target, ask=None) -> Kernel:
     """qnn.add/subtract/mul as TVM 0.19 canonicalizes them (see refcg_eltwise_ref.c)."""
     body = func.body
     parts = checks.binary_parts(body)
@@ -226,15 +242,22 @@ def plan_binary(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer
     out_scale, out_zp = checks.const_value(out_scale), int(_scalar(out_zp))
     lo, hi = _out_range(dst.dtype, clip)
     op = checks.op_name(call)
+    def mode(scale, operand=None) -> str:  # the compute dtype, NEON where TVM-only rounds so
+        index = None if operand is None else _param_index(func, operand)
+        if ask is None or (operand is not None and index is None):
+            return compute  # a constant operand: TVM-only folds its requantize on the host
+        return "int64-neon" if _q31x4(rounding, compute, scale, out_scale, lambda: ask(index)) else compute
+
     if op == "qnn.mul":
         product = np.float32(_scalar(lhs_scale)) * np.float32(_scalar(rhs_scale))  # float32, as mul.cc
-        rq_a = make_requantize(product, out_scale, 0, out_zp, dst.dtype, rounding, compute, (lo, hi))
+        rq_a = make_requantize(product, out_scale, 0, out_zp, dst.dtype, rounding, mode(product), (lo, hi))
         rq_b = rq_a
     else:
+        lhs, rhs = call.args[:2]
         rq_a = make_requantize(checks.const_value(lhs_scale), out_scale, int(_scalar(lhs_zp)), out_zp, "int32",
-                               rounding, compute)
+                               rounding, mode(checks.const_value(lhs_scale), lhs))
         rq_b = make_requantize(checks.const_value(rhs_scale), out_scale, int(_scalar(rhs_zp)), out_zp, "int32",
-                               rounding, compute)
+                               rounding, mode(checks.const_value(rhs_scale), rhs))
     params = {
         "op": {"qnn.add": "REFCG_BIN_ADD", "qnn.subtract": "REFCG_BIN_SUB", "qnn.mul": "REFCG_BIN_MUL"}[op],
         "ndim": len(dst.shape), "shape": list(dst.shape),
@@ -256,18 +279,17 @@ def _requantize_part(src: Buffer, axis: int, out_channels: int, offset: int, dst
     }
 
 
-def plan_requantize(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+def plan_requantize(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target, ask=None) -> Kernel:
     body = func.body
     parts = checks.epilogue_parts(body)
     req = parts["requantize"]
     axis = int(req.attrs.axis) % len(srcs[0].shape)
-    neon = tvm_uses_neon_q31x4(target, "requantize", channels=dst.shape[-1], out_dtype=dst.dtype)
-    rq = _requantize_step(req, parts["clip"], target, neon)
+    rq = _requantize_step(req, parts["clip"], target, ask)
     part = _requantize_part(srcs[0], axis, srcs[0].shape[axis], 0, dst, rq)
     return Kernel(name, srcs, dst, {"parts": [part]}, "requantize.c.j2")
 
 
-def plan_concatenate(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+def plan_concatenate(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target, ask=None) -> Kernel:
     """qnn.concatenate: each input requantized to the output qparams into its slab of the output."""
     body = func.body
     _, scales, zero_points, out_scale, out_zp = body.args
@@ -275,9 +297,12 @@ def plan_concatenate(name: str, func: relay.Function, srcs: list[Buffer], dst: B
     rounding, compute = resolve_mode("None", "None", target)
     parts, offset = [], 0
     inputs = _operands(func, srcs, body.args[0].fields)
-    for src, scale, zp in zip(inputs, scales.fields, zero_points.fields):
+    for src, field, scale, zp in zip(inputs, body.args[0].fields, scales.fields, zero_points.fields):
+        index = _param_index(func, field)
+        question = (lambda index=index: ask(index)) if ask and index is not None else None
+        neon = _q31x4(rounding, compute, checks.const_value(scale), checks.const_value(out_scale), question)
         rq = make_requantize(checks.const_value(scale), checks.const_value(out_scale), int(_scalar(zp)),
-                             int(_scalar(out_zp)), dst.dtype, rounding, compute)
+                             int(_scalar(out_zp)), dst.dtype, rounding, "int64-neon" if neon else compute)
         parts.append(_requantize_part(src, axis, dst.shape[axis], offset, dst, rq))
         offset += src.shape[axis]
     return Kernel(name, srcs, dst, {"parts": parts}, "requantize.c.j2")
@@ -381,7 +406,8 @@ PLANNERS = {
     "refcg.lut": plan_lut,
     "refcg.float_softmax": plan_float_softmax,
     "refcg.softmax": plan_softmax,
-    "refcg.conv2d": lambda name, func, srcs, dst, target: plan_conv2d(name, func.body, srcs[0], dst, target),
+    "refcg.conv2d": lambda name, func, srcs, dst, target, ask=None: plan_conv2d(name, func.body, srcs[0], dst,
+                                                                               target, ask),
     "refcg.dense": plan_dense,
     "refcg.binary": plan_binary,
     "refcg.pool2d": plan_pool2d,
@@ -389,6 +415,8 @@ PLANNERS = {
     "refcg.requantize": plan_requantize,
     "refcg.quantize": plan_quantize,
 }
+# Planners whose requantizes TVM-only may round with NEON on aarch64: they take ``ask``.
+ASKS_AARCH64 = ("refcg.conv2d", "refcg.dense", "refcg.binary", "refcg.requantize", "refcg.concatenate")
 
 
 def _buffer_for(expr, kind: str, index: int, name: str) -> Buffer:
@@ -451,6 +479,7 @@ def build_plan(func: relay.Function, symbol: str, target) -> KernelPlan:
     readers = _consumers(body_fields)
     lut.prepare(func, target)  # one TVM build computes every lookup table of the partition
     scratch = _ScratchPool(plan)
+    fusion = FusionContext(func, target) if is_arm_cpu_aarch64(target) else None
 
     def visit(expr) -> Buffer:
         if expr in done:
@@ -469,7 +498,10 @@ def build_plan(func: relay.Function, symbol: str, target) -> KernelPlan:
         srcs = [visit(arg) for arg in expr.args]
         dst = output_of.get(expr) or scratch.take(expr)
         done[expr] = dst
-        plan.steps.append(PLANNERS[composite](f"k{len(plan.steps)}", expr.op, srcs, dst, target))
+        extra = {}
+        if fusion is not None and composite in ASKS_AARCH64:
+            extra["ask"] = lambda operand=None, call=expr: fusion.q31x4(call, operand)
+        plan.steps.append(PLANNERS[composite](f"k{len(plan.steps)}", expr.op, srcs, dst, target, **extra))
         for arg, src in zip(expr.args, srcs):
             readers[arg] -= 1
             if src.kind == "scratch" and readers[arg] == 0:

@@ -2,7 +2,7 @@
 
 Everything is built on x86 (relay.build + export_library with the aarch64 cross compiler); one
 RPC server per QEMU CPU model runs the libraries. TVM-only requantizes some shapes with the
-NEON double rounding on aarch64 (see numerics.tvm_uses_neon_q31x4), so these comparisons
+NEON double rounding on aarch64 (see refcodegen.armfuse), so these comparisons
 differ from the x86 ones.
 """
 import numpy as np

@@ -1,66 +1,230 @@
-"""The aarch64 requantize rule against what TVM-only actually emits (x86 host, no emulator).
+"""The aarch64 requantize rule (refcodegen.armfuse + numerics.tvm_aarch64_lanes) against what
+TVM-only actually lowers (x86 host, no emulator).
 
-numerics.tvm_uses_neon_q31x4 encodes which arm_cpu schedules hand tir.q_multiply_shift int32x4
-vectors (lowered to sqrdmulh + srshl); this re-derives it from TVM's LLVM IR for a grid of shapes.
+TVM lowers tir.q_multiply_shift on int32x4 vectors to NEON sqrdmulh + srshl. For every branch of
+the rule, a module below holds a per-tensor requantize in that situation; the test reads the
+lanes of each q_multiply_shift in TVM-only's TIR (after VectorizeLoop) and checks that refcg's
+plan uses the NEON rounding for exactly the requantizes TVM computes on 4 lanes. Every
+requantize gets its own scale ratio, so its fixed-point multiplier identifies it in the TIR.
+The same modules run bit-exact on the emulated host in test_arm_models.py.
 """
+import itertools
+
 import numpy as np
 import pytest
 import tvm
 from tvm import relay
 
 from arm.host import TARGET_DOTPROD, TARGET_NEON
-from models import module, nchw_or_nhwc, qconv_block
-from refcodegen.numerics import resolve_mode, tvm_uses_neon_q31x4
+from models import module, qconv_block
+from refcodegen import partition_for_refcg
+from refcodegen.codegen import OBSERVERS
+from refcodegen.errors import RefcgError
+from refcodegen.numerics import MODES, resolve_mode
+from refcodegen.plan import build_plan
 from test_ops_dense import dense_block
 
 
-def emits_sqrdmulh(mod, target) -> bool:
-    with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target=target)
-    return "llvm.aarch64.neon.sqrdmulh" in lib.lib.get_source("ll")
+class Net:
+    """Builds branches whose requantizes all have distinct scale ratios."""
+
+    def __init__(self, seed=0):
+        self.rng = np.random.default_rng(seed)
+        self.scales = itertools.count()
+        self.inputs = []
+
+    def scale(self) -> float:
+        return float(np.float32(0.05 + 0.0013 * next(self.scales)))
+
+    def var(self, shape, dtype="int8"):
+        x = relay.var(f"x{len(self.inputs)}", shape=shape, dtype=dtype)
+        self.inputs.append(x)
+        return x, self.scale()
+
+    def conv(self, x, out_c, layout="NHWC", per_channel=False, groups=1, out_dtype="int8", **kw):
+        data, scale = x
+        in_c = int(relay.transform.InferTypeLocal(data).shape[layout.index("C")])
+        out_scale = self.scale()
+        y = qconv_block(data, self.rng, in_c=in_c, out_c=out_c, layout=layout, per_channel=per_channel, groups=groups,
+                        input_zp=3, output_zp=-1, input_scale=scale, output_scale=out_scale, out_dtype=out_dtype, **kw)
+        return y, out_scale
+
+    def dense(self, x, units, per_channel=False):
+        data, scale = x
+        in_f = int(relay.transform.InferTypeLocal(data).shape[-1])
+        y = dense_block(data, self.rng, in_f=in_f, units=units, per_channel=per_channel, input_zp=2, output_zp=1)
+        return y, 0.08  # dense_block's output scale
+
+    def add(self, a, b, op=relay.qnn.op.add):
+        out_scale = self.scale()
+        c = relay.const
+        y = op(a[0], b[0], c(np.float32(a[1])), c(-1), c(np.float32(b[1])), c(-1), c(np.float32(out_scale)), c(2))
+        return y, out_scale
+
+    def requantize(self, x, out_dtype="int8"):
+        out_scale = self.scale()
+        y = relay.qnn.op.requantize(x[0], relay.const(np.float32(x[1])), relay.const(0),
+                                    relay.const(np.float32(out_scale)), relay.const(1), out_dtype=out_dtype)
+        return y, out_scale
+
+    def max_pool(self, x, layout="NHWC"):
+        return relay.nn.max_pool2d(x[0], (2, 2), (2, 2), layout=layout), x[1]
+
+    def avg_pool(self, x, layout="NHWC"):
+        y = relay.nn.avg_pool2d(relay.cast(x[0], "int32"), (2, 2), (2, 2), layout=layout)
+        return relay.cast(y, "int8"), x[1]
+
+    def concat(self, parts, axis=-1):
+        out_scale = self.scale()
+        c = relay.const
+        y = relay.qnn.op.concatenate([p[0] for p in parts], [c(np.float32(p[1])) for p in parts],
+                                     [c(0) for _ in parts], c(np.float32(out_scale)), c(0), axis=axis)
+        return y, out_scale
+
+    def module(self, outputs):
+        body = relay.Tuple([o[0] for o in outputs]) if len(outputs) > 1 else outputs[0][0]
+        return module(self.inputs, body)
 
 
-def conv(layout, out_c, groups=1):
-    in_c = out_c if groups > 1 else 8
-    x = relay.var("x", shape=nchw_or_nhwc(layout, 1, in_c, 6, 6), dtype="int8")
-    return module([x], qconv_block(x, np.random.default_rng(0), in_c=in_c, out_c=out_c, layout=layout, groups=groups))
+def failing_chain(net, depthwise=True):
+    """issue 14: NHWC per-channel conv -> conv -> residual qnn.add -> max_pool -> depthwise -> dense
+    (the add's requantizes are computed in the second conv's kernel, 4 lanes)."""
+    x = net.var((1, 12, 12, 8))
+    y1 = net.conv(x, 16, per_channel=True)
+    y2 = net.conv(y1, 16, per_channel=True)
+    y = net.max_pool(net.add(y1, y2))
+    if depthwise:
+        y = net.conv(y, 16, groups=16, per_channel=True)
+    y = (relay.reshape(y[0], (1, -1)), y[1])
+    return net.dense(y, 10, per_channel=True)
 
 
-def dense(units):
-    x = relay.var("x", shape=(2, 24), dtype="int8")
-    return module([x], dense_block(x, np.random.default_rng(0), in_f=24, units=units))
+def nhwc_branches(net):
+    """conv NHWC (4-lane gemm output, sliced channels, dilation), requantize, dense and binary
+    ops in each fusion situation of the rule."""
+    out = []
+    x16 = lambda: net.var((1, 6, 6, 16))
+    for c in (4, 12, 16):
+        out.append(net.conv(net.var((1, 6, 6, 8)), c))                  # own requantize, int8
+    out.append(net.conv(net.var((1, 6, 6, 8)), 12, out_dtype="int32"))  # sliced, int32 output
+    out.append(net.conv(net.var((1, 8, 8, 8)), 12, dilation=(2, 2), padding=(2, 2)))  # not sliced
+    for shape, dtype in (((1, 3, 4), "int8"), ((1, 3, 12), "int32"), ((1, 3, 6), "int32"), ((1, 3, 16), "int8")):
+        out.append(net.requantize(net.var(shape, "int32"), dtype))
+    out.append(net.add(net.conv(net.var((1, 6, 6, 8)), 16, per_channel=True), x16()))     # add in the conv's kernel
+    out.append(net.add(net.conv(net.var((1, 6, 6, 8)), 12, per_channel=True), net.var((1, 6, 6, 12))))  # sliced
+    out.append(net.add(net.conv(net.var((1, 6, 6, 8)), 4, per_channel=True), net.var((1, 6, 6, 4))))
+    out.append(net.add(net.max_pool(net.conv(net.var((1, 6, 6, 8)), 16, per_channel=True)),
+                       net.var((1, 3, 3, 16))))                          # pool kernel: no vector
+    x = net.var((1, 6, 6, 8))
+    out.append(net.add(net.conv(x, 16, per_channel=True), net.conv(x, 16, per_channel=True)))  # siblings
+    a = net.conv(net.var((1, 6, 6, 8)), 16, per_channel=True)
+    out.append(net.add(net.add(a, x16()), x16()))                       # add -> add, both in the conv
+    out.append(net.add(x16(), x16(), relay.qnn.op.subtract))            # graph inputs: injective
+    out.append(net.avg_pool(net.conv(net.var((1, 6, 6, 8)), 12)))       # sliced, ends on int32
+    out.append(net.concat([net.conv(net.var((1, 6, 6, 8)), 16, per_channel=True), x16()]))
+    d = net.var((3, 24))
+    for units in (4, 44, 12):
+        out.append(net.dense(d, units))
+    out.append(net.add(net.dense(net.var((3, 24)), 4, per_channel=True), net.var((3, 4))))
+    return out
 
 
-def requantize(shape, out_dtype):
-    x = relay.var("x", shape=shape, dtype="int32")
-    y = relay.qnn.op.requantize(x, relay.const(np.float32(0.0123)), relay.const(0), relay.const(np.float32(0.3)),
-                                relay.const(1), out_dtype=out_dtype)
-    return module([x], y)
+def nchw_branches(net):
+    out = []
+    out.append(net.conv(net.var((1, 16, 6, 6)), 16, layout="NCHW", groups=4))   # group conv: oc_bn 4
+    out.append(net.conv(net.var((1, 16, 6, 6)), 8, layout="NCHW", groups=4))    # oc_bn 2
+    out.append(net.conv(net.var((1, 64, 4, 4)), 16, layout="NCHW"))             # NCHWc int8 with dotprod
+    out.append(net.conv(net.var((1, 8, 6, 6)), 16, layout="NCHW"))              # spatial pack
+    out.append(net.conv(net.var((1, 16, 6, 6)), 16, layout="NCHW", groups=16))  # depthwise
+    return out
 
 
-GRID = [
-    # op, model, rule arguments
-    ("conv2d", conv("NHWC", 16), dict(channels=16, layout="NHWC")),
-    ("conv2d", conv("NHWC", 4), dict(channels=4, layout="NHWC")),
-    ("conv2d", conv("NHWC", 12), dict(channels=12, layout="NHWC")),
-    ("conv2d", conv("NHWC", 24), dict(channels=24, layout="NHWC")),
-    ("conv2d", conv("NHWC", 6), dict(channels=6, layout="NHWC")),
-    ("conv2d", conv("NCHW", 16), dict(channels=16, layout="NCHW")),
-    ("conv2d", conv("NCHW", 16, groups=16), dict(channels=16, layout="NCHW", groups=16)),
-    ("dense", dense(4), dict(channels=4)),
-    ("dense", dense(8), dict(channels=8)),
-    ("requantize", requantize((1, 16), "int32"), dict(channels=16, out_dtype="int32")),
-    ("requantize", requantize((1, 6), "int32"), dict(channels=6, out_dtype="int32")),
-    ("requantize", requantize((1, 16), "int8"), dict(channels=16, out_dtype="int8")),
-]
+def rule_modules(target: str):
+    """The modules covering every branch (NHWC depthwise only without dotprod: TVM-only cannot
+    build it for +dotprod targets)."""
+    net = Net(1)
+    chain = failing_chain(net, depthwise="dotprod" not in target)
+    main = net.module([chain] + nhwc_branches(net) + nchw_branches(net))
+    return main
+
+
+def tvm_qms_lanes(mod, target) -> dict:
+    """{(multiplier, shift): lanes of each tir.q_multiply_shift} in TVM-only's lowering."""
+    found: dict = {}
+
+    def visit(node):
+        if isinstance(node, tvm.tir.Call) and getattr(node.op, "name", "") == "tir.q_multiply_shift":
+            m, s = node.args[1], node.args[3]
+            m, s = (v.value if isinstance(v, tvm.tir.Broadcast) else v for v in (m, s))
+            found.setdefault((int(m), int(s)), set()).add(tvm.DataType(node.args[0].dtype).lanes)
+
+    @tvm.instrument.pass_instrument
+    class Grab:
+        def run_after_pass(self, ir, info):
+            if info.name == "tir.VectorizeLoop":
+                for func in ir.functions.values():
+                    if isinstance(func, tvm.tir.PrimFunc):
+                        tvm.tir.stmt_functor.post_order_visit(func.body, visit)
+
+    with tvm.transform.PassContext(opt_level=3, instruments=[Grab()]):
+        relay.build(mod, target=target)
+    return found
+
+
+def refcg_qms(mod, target) -> dict:
+    """{(multiplier, shift): NEON?} for refcg's per-tensor UPWARD int64 requantizes."""
+    plans = []
+
+    def observe(stage, func):
+        if stage == "folded":
+            plans.append(build_plan(func, "probe", tvm.target.Target(target)))
+
+    OBSERVERS.append(observe)
+    try:
+        with tvm.transform.PassContext(opt_level=3):
+            relay.build(partition_for_refcg(mod), target=target)
+    finally:
+        OBSERVERS.remove(observe)
+    found = {}
+    neon, exact = MODES[("UPWARD", "int64-neon")], MODES[("UPWARD", "int64")]
+    for plan in plans:
+        for step in plan.steps:
+            rqs = [getattr(step, "requant", None)] + list(getattr(step, "params", {}).get("rq", []))
+            rqs += [part["rq"] for part in getattr(step, "params", {}).get("parts", [])]
+            for rq in rqs:
+                if rq is not None and not rq.per_channel and not rq.identity and rq.mode in (neon, exact):
+                    found.setdefault((rq.multipliers[0], rq.shifts[0]), set()).add(rq.mode == neon)
+    return found
 
 
 @pytest.mark.parametrize("target", [TARGET_NEON, TARGET_DOTPROD], ids=["neon", "dotprod"])
-def test_neon_rule_matches_tvm_lowering(target):
-    target = tvm.target.Target(target)
-    wrong = [(op, args) for op, mod, args in GRID
-             if emits_sqrdmulh(mod, target) != tvm_uses_neon_q31x4(target, op, **args)]
-    assert not wrong, f"rule disagrees with TVM for {wrong}"
+def test_rule_matches_tvm_lowering(target):
+    mod = rule_modules(target)
+    tvm_lanes, refcg = tvm_qms_lanes(mod, target), refcg_qms(mod, target)
+    assert len(refcg) >= 30, f"too few requantizes reached the plan: {len(refcg)}"
+    wrong = {key: (lanes, refcg[key]) for key, lanes in tvm_lanes.items()
+             if key in refcg and refcg[key] != {n == 4 for n in lanes}}
+    missing = set(refcg) - set(tvm_lanes)
+    assert not missing, f"refcg requantizes TVM-only has no q_multiply_shift for: {missing}"
+    assert not wrong, f"rule disagrees with TVM (multiplier, shift: TVM lanes, refcg NEON): {wrong}"
+    both = [key for key, lanes in tvm_lanes.items() if key in refcg and 4 in lanes]
+    assert len(both) >= 8, "too few NEON-rounded requantizes to test the rule"
+
+
+def test_undecidable_rounding_is_an_error_not_a_guess():
+    """An add operand computed by a TVM anchor kernel (max_pool1d, which refcg does not take) could
+    have the add's requantize fused into TVM's kernel: on aarch64 refcg refuses to guess."""
+    net = Net(2)
+    x, scale = net.var((1, 12, 16))
+    pooled = (relay.nn.max_pool1d(x, (2,), (2,), layout="NWC"), scale)
+    mod = net.module([net.add(pooled, net.var((1, 6, 16)))])
+    part = partition_for_refcg(mod)
+    assert "nn.max_pool1d" in part["main"].astext(), "max_pool1d should stay in TVM"
+    with pytest.raises(RefcgError, match="cannot tell whether TVM-only rounds"):
+        with tvm.transform.PassContext(opt_level=3):
+            relay.build(part, target=TARGET_NEON)
+    with tvm.transform.PassContext(opt_level=3):
+        relay.build(part, target="llvm")  # elsewhere the question does not arise
 
 
 def test_neon_mode_only_for_aarch64_upward_int64():
@@ -68,4 +232,3 @@ def test_neon_mode_only_for_aarch64_upward_int64():
     assert resolve_mode("None", "None", arm, True) == ("UPWARD", "int64-neon")
     assert resolve_mode("None", "None", arm, False) == ("UPWARD", "int64")  # no sse4.1: int64
     assert resolve_mode("TONEAREST", "None", arm, True) == ("TONEAREST", "int64")
-    assert not tvm_uses_neon_q31x4(tvm.target.Target("llvm"), "conv2d", channels=16, layout="NHWC")

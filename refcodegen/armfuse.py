@@ -1,0 +1,272 @@
+"""Which loop of TVM-only's aarch64 build computes each per-tensor requantize of a partition.
+
+TVM 0.19 lowers ``tir.q_multiply_shift`` to NEON sqrdmulh + srshl (rounding twice) only when
+its operand is an int32x4 vector (topi/arm_cpu/tensor_intrin.py:1113-1158), so an UPWARD int64
+per-tensor requantize rounds like NEON exactly when the fused kernel holding it vectorizes its
+output loop by 4 lanes (``numerics.tvm_aarch64_lanes``). Which fused kernel that is follows
+FuseOps (src/relay/transforms/fuse_ops.cc, RunFuse, v0.19.0 lines 700-790) on the canonical
+graph, where every requantize is a chain of elementwise ops:
+
+* an anchor (conv2d, dense, pool: kOutEWiseFusable) grows forward through elementwise edges
+  into its immediate post-dominator (lines 719-731): a requantize chain on the single-use output
+  of an anchor's kernel is computed in the anchor's loop;
+* an elementwise chain that hangs off no anchor fuses forward into its post-dominator, whatever
+  that group is (lines 733-752), and injective ops (strided_slice, reshape, concatenate) fuse
+  forward only into injective groups (lines 753-764): it stops in front of a conv/dense/pool.
+
+Decided from the partition's graph; what lies outside it comes from the attributes
+``partition_for_refcg`` records (``INPUTS_ATTR``/``OUTPUTS_ATTR``). A case the graph cannot
+settle raises RefcgError (the build stops with the reason instead of rounding wrongly).
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relay
+
+from . import checks
+from .errors import RefcgError
+from .numerics import conv2d_output_sliced, injective_lanes, tvm_aarch64_lanes
+
+INPUTS_ATTR = "RefcgInputsFromGraph"  # per partition parameter: 1 = no TVM anchor kernel computes it
+OUTPUTS_ATTR = "RefcgOutputsToGraph"  # per partition result: 1 = only returned by main
+ELEMWISE = ("refcg.binary", "refcg.requantize")
+ANCHORS = ("refcg.conv2d", "refcg.dense", "refcg.pool2d")
+
+
+def _composite(expr) -> str | None:
+    if isinstance(expr, relay.Call) and isinstance(expr.op, relay.Function):
+        return str(expr.op.attrs["Composite"])
+    return None
+
+
+def _same(a, b) -> bool:
+    return a is not None and a.same_as(b)
+
+
+def _shape(expr) -> tuple[int, ...]:
+    return tuple(int(d) for d in expr.checked_type.shape)
+
+
+def _flags(func, attr: str, count: int) -> list[bool | None]:
+    value = func.attrs.get(attr) if func.attrs else None
+    return [bool(int(v)) for v in value] if value is not None else [None] * count
+
+
+class Unknown(Exception):
+    """The graph does not settle which TVM kernel computes a requantize."""
+
+
+class FusionContext:
+    """The partition's composite calls with their readers, for ``q31x4``."""
+
+    def __init__(self, func: relay.Function, target):
+        self.target = target
+        fields = list(func.body.fields) if isinstance(func.body, relay.Tuple) else [func.body]
+        self.graph_input = dict(zip(func.params, _flags(func, INPUTS_ATTR, len(func.params))))
+        self.graph_output = {}
+        for field, flag in zip(fields, _flags(func, OUTPUTS_ATTR, len(fields))):
+            self.graph_output[field] = flag
+        self.readers: dict = {}
+
+        def visit(node):
+            if _composite(node):
+                for arg in node.args:  # one reader per composite, however many of its operands
+                    readers = self.readers.setdefault(arg, [])
+                    if not any(r.same_as(node) for r in readers):
+                        readers.append(node)
+
+        for field in fields:
+            relay.analysis.post_order_visit(field, visit)
+
+    # -- the TVM group an expression's value is computed in -------------------------------
+    def _anchor_lanes(self, call) -> int | None:
+        """Lanes of the loop of the anchored group ``call`` belongs to, None when unanchored."""
+        kind = _composite(call)
+        body = call.op.body
+        if kind == "refcg.conv2d":
+            conv = checks.conv2d_parts(body)["conv"]
+            if conv2d_output_sliced(self.target, conv):
+                return None  # its requantize follows a strided_slice: no anchor
+            return tvm_aarch64_lanes(self.target, "conv2d", conv=conv)
+        if kind == "refcg.dense":
+            return tvm_aarch64_lanes(self.target, "dense", channels=_shape(call)[-1])
+        if kind == "refcg.pool2d":
+            return tvm_aarch64_lanes(self.target, "pool")
+        if kind in ELEMWISE:
+            absorbed = self._absorbed_by(call)
+            return self._anchor_lanes(absorbed) if absorbed is not None else None
+        return None
+
+    def _single_reader(self, expr):
+        """The composite reading ``expr`` when it is its only reader (and not also returned)."""
+        readers = self.readers.get(expr, [])
+        if len(readers) == 1 and expr not in self.graph_output:
+            return readers[0]
+        return None
+
+    def _absorbed_by(self, call):
+        """The anchored producer whose group takes this elementwise composite, if any:
+        an operand of the same shape whose producer is anchored and read only here."""
+        for arg in call.args:
+            if (_composite(arg) and _same(self._single_reader(arg), call) and _shape(arg) == _shape(call)
+                    and self._anchor_lanes(arg) is not None):
+                return arg
+        return None
+
+    def _operand_lanes(self, operand, reader) -> int:
+        """Lanes of the loop computing ``reader``'s requantize of ``operand``."""
+        if _composite(operand) and _same(self._single_reader(operand), reader):
+            lanes = self._anchor_lanes(operand)
+            if lanes is not None:
+                return lanes  # on the anchor's single-use path (fuse_ops.cc:719-731)
+        elif isinstance(operand, relay.Var) and not self.graph_input.get(operand):
+            raise Unknown("its operand is computed by TVM outside the partition")
+        if _composite(reader) == "refcg.concatenate":
+            return self._concat_lanes(reader)
+        return self._group_lanes(reader)
+
+    def _group_lanes(self, call) -> int:
+        """Lanes of the group an elementwise composite (or a sliced conv's requantize) is in."""
+        lanes = self._anchor_lanes(call) if _composite(call) in ELEMWISE else None
+        return lanes if lanes is not None else self._tail_lanes(call)
+
+    def _tail_lanes(self, call) -> int:
+        """Unanchored chain ending at ``call``: it fuses forward (fuse_ops.cc:733-764) until a
+        conv/dense/pool reads it; the injective schedule then vectorizes its last output."""
+        shape, dtype = _shape(call), checks.dtype_of(call)
+        readers = self.readers.get(call, [])
+        if call in self.graph_output:
+            if not self.graph_output[call]:
+                raise Unknown("its result is also read by TVM operators outside the partition")
+            return injective_lanes(shape[-1], dtype)  # returned by main: no post-dominator
+        if len(readers) > 1:
+            # several readers: the chain ends here when a path to their post-dominator
+            # crosses a conv/dense/pool (CheckPath, fuse_ops.cc:741-750)
+            if any(_composite(r) in ANCHORS for r in readers):
+                return injective_lanes(shape[-1], dtype)
+            raise Unknown("its result has several elementwise readers")
+        if not readers:
+            raise Unknown("its result is not returned")
+        reader = readers[0]
+        kind = _composite(reader)
+        if kind in ELEMWISE:
+            return self._group_lanes(reader)
+        if kind == "refcg.concatenate":
+            return self._concat_lanes(reader)
+        if kind == "refcg.conv2d":
+            pad = checks.conv2d_parts(reader.op.body)["pad"]
+            # the conv's legalization casts its input to int8/int16 (never int32): the chain
+            # ends on that cast, or on the fused nn.pad (injective, shape of its output)
+            return injective_lanes((_shape(pad) if pad is not None else shape)[-1], "int8")
+        if kind == "refcg.dense":
+            data = checks.epilogue_parts(reader.op.body)["anchor"].args[0]  # reshape or the input
+            return injective_lanes(_shape(data)[-1], "int8")
+        if kind == "refcg.pool2d":
+            # avg pools read the chain through a cast to int32 (fused here); max pools directly
+            return injective_lanes(shape[-1], "int32" if "inner_cast" in checks.pool_parts(reader.op.body) else dtype)
+        raise Unknown(f"it feeds a {kind} kernel")
+
+    def _concat_lanes(self, concat) -> int:
+        """concatenate masters its group; its schedule does not vectorize
+        (topi/arm_cpu/injective.py:81-107) unless a later injective op (pad, reshape) joins."""
+        readers = self.readers.get(concat, [])
+        if concat in self.graph_output:
+            if self.graph_output[concat]:
+                return 1
+        elif readers and all(_composite(r) in ANCHORS and self._keeps_shape(r) for r in readers):
+            return 1
+        raise Unknown("it is concatenated into a tensor that is padded, reshaped or read elsewhere")
+
+    @staticmethod
+    def _keeps_shape(reader) -> bool:
+        """No injective op (fused pad, flattening reshape) in front of this conv/dense/pool."""
+        kind = _composite(reader)
+        if kind == "refcg.conv2d":
+            return checks.conv2d_parts(reader.op.body)["pad"] is None
+        if kind == "refcg.dense":
+            data = checks.epilogue_parts(reader.op.body)["anchor"].args[0]
+            return checks.op_name(data) not in ("reshape", "nn.batch_flatten")
+        return True
+
+    # -- the question the planners ask ------------------------------------------------------
+    def q31x4(self, call, operand: int | None = None) -> bool:
+        """Does TVM-only compute ``call``'s requantize (of its argument ``operand`` for binary and
+        concatenate inputs) on int32x4 vectors, i.e. with the NEON double rounding?"""
+        try:
+            kind = _composite(call)
+            if operand is not None:
+                lanes = self._operand_lanes(call.args[operand], call)
+            elif kind in ("refcg.conv2d", "refcg.dense"):
+                lanes = self._anchor_lanes(call)
+                if lanes is None:
+                    lanes = self._tail_lanes(call)  # a sliced conv's requantize
+            elif kind == "refcg.requantize":
+                lanes = self._operand_lanes(call.args[0], call)
+            else:
+                lanes = self._group_lanes(call)
+        except Unknown as why:
+            raise RefcgError(str(_composite(call)), "aarch64 rounding",
+                             f"cannot tell whether TVM-only rounds this requantize with NEON: {why}") from None
+        return lanes == 4
+
+
+def tag_boundaries(mod):
+    """Record on each refcg partition which of its inputs no TVM anchor computes (graph inputs,
+    constants, elementwise/injective TVM ops: a requantize chain on them fuses forward, like on a
+    graph input) and which of its results main only returns (no TVM operator reads them): what
+    ``FusionContext`` needs to know about the graph around the partition."""
+    main = mod["main"]
+    results = list(main.body.fields) if isinstance(main.body, relay.Tuple) else [main.body]
+    parents: dict = {}
+
+    def visit(node):
+        children = []
+        if isinstance(node, relay.Call):
+            children = list(node.args)
+        elif isinstance(node, relay.Tuple):
+            children = list(node.fields)
+        elif isinstance(node, relay.TupleGetItem):
+            children = [node.tuple_value]
+        for child in children:
+            parents.setdefault(child, []).append(node)
+
+    relay.analysis.post_order_visit(main.body, visit)
+    from_graph = (relay.Var, relay.Constant)
+
+    def only_returned(expr) -> bool:
+        users = parents.get(expr, [])
+        returned = any(expr.same_as(r) for r in results)
+        return returned and all(isinstance(u, relay.Tuple) and u.same_as(main.body) for u in users)
+
+    for call in list(parents) + [main.body]:
+        if not (isinstance(call, relay.Call) and isinstance(call.op, relay.GlobalVar)):
+            continue
+        func = mod[call.op]
+        if not (func.attrs and func.attrs.get("Compiler") == "refcg"):
+            continue
+        if isinstance(func.ret_type, relay.TupleType):
+            items = [u for u in parents.get(call, []) if isinstance(u, relay.TupleGetItem)]
+            outputs = [all(only_returned(u) for u in items if u.index == i) for i in range(len(func.ret_type.fields))]
+        else:
+            outputs = [only_returned(call)]
+        inputs = [isinstance(arg, from_graph) or _unanchored_op(arg) for arg in call.args]
+        func = func.with_attr(INPUTS_ATTR, [int(v) for v in inputs])
+        mod[call.op] = func.with_attr(OUTPUTS_ATTR, [int(v) for v in outputs])
+    return mod
+
+
+def _unanchored_op(expr) -> bool:
+    """A call of a TVM operator whose pattern is at most injective (relay/op/op_common.h)."""
+    if not (isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op)):
+        return False
+    pattern = expr.op.get_attr("TOpPattern")
+    return pattern is not None and int(pattern) <= relay.op.OpPattern.INJECTIVE
+
+
+def keep_boundaries(original: relay.Function, folded: relay.Function) -> relay.Function:
+    """``folded`` with ``original``'s boundary attributes (the scoped fold drops attributes)."""
+    for attr in (INPUTS_ATTR, OUTPUTS_ATTR):
+        value = original.attrs.get(attr) if original.attrs else None
+        if value is not None:
+            folded = folded.with_attr(attr, value)
+    return folded
