@@ -4,15 +4,20 @@ TVM 0.19 lowers ``tir.q_multiply_shift`` to NEON sqrdmulh + srshl (rounding twic
 its operand is an int32x4 vector (topi/arm_cpu/tensor_intrin.py:1113-1158), so an UPWARD int64
 per-tensor requantize rounds like NEON exactly when the fused kernel holding it vectorizes its
 output loop by 4 lanes (``numerics.tvm_aarch64_lanes``). Which fused kernel that is follows
-FuseOps (src/relay/transforms/fuse_ops.cc, RunFuse, v0.19.0 lines 700-790) on the canonical
-graph, where every requantize is a chain of elementwise ops:
+FuseOps (GraphPartitioner::RunFuse, src/relay/analysis/graph_partitioner.cc:350-465 at v0.19.0)
+on the canonical graph, where every requantize is a chain of elementwise ops (qnn.add/subtract
+requantize both operands to int32, src/relay/qnn/op/add.cc:76-80; an add of same-shape tensors
+is an elementwise edge, src/relay/transforms/fuse_ops.cc:207-213):
 
 * an anchor (conv2d, dense, pool: kOutEWiseFusable) grows forward through elementwise edges
-  into its immediate post-dominator (lines 719-731): a requantize chain on the single-use output
-  of an anchor's kernel is computed in the anchor's loop;
+  into its immediate post-dominator (graph_partitioner.cc:421-432); the group keeps its pattern,
+  so it stops at the first injective op or shared result: a requantize chain on the single-use
+  output of an anchor is computed in the anchor's loop;
 * an elementwise chain that hangs off no anchor fuses forward into its post-dominator, whatever
-  that group is (lines 733-752), and injective ops (strided_slice, reshape, concatenate) fuse
-  forward only into injective groups (lines 753-764): it stops in front of a conv/dense/pool.
+  that group is (an anchored one included, :433-452), and injective ops (strided_slice, reshape,
+  concatenate, pad) fuse forward only into injective groups (:453-461): the chain stops in front
+  of a conv/dense/pool, and the group's last injective op picks its schedule
+  (src/relay/backend/te_compiler_cache.cc:728).
 
 Decided from the partition's graph; what lies outside it comes from the attributes
 ``partition_for_refcg`` records (``INPUTS_ATTR``/``OUTPUTS_ATTR``). A case the graph cannot
@@ -118,7 +123,7 @@ class FusionContext:
         if _composite(operand) and _same(self._single_reader(operand), reader):
             lanes = self._anchor_lanes(operand)
             if lanes is not None:
-                return lanes  # on the anchor's single-use path (fuse_ops.cc:719-731)
+                return lanes  # on the anchor's single-use path (graph_partitioner.cc:421-432)
         elif isinstance(operand, relay.Var) and not self.graph_input.get(operand):
             raise Unknown("its operand is computed by TVM outside the partition")
         if _composite(reader) == "refcg.concatenate":
@@ -131,8 +136,8 @@ class FusionContext:
         return lanes if lanes is not None else self._tail_lanes(call)
 
     def _tail_lanes(self, call) -> int:
-        """Unanchored chain ending at ``call``: it fuses forward (fuse_ops.cc:733-764) until a
-        conv/dense/pool reads it; the injective schedule then vectorizes its last output."""
+        """Unanchored chain ending at ``call``: it fuses forward (graph_partitioner.cc:433-461)
+        until a conv/dense/pool reads it; the injective schedule vectorizes its last output."""
         shape, dtype = _shape(call), checks.dtype_of(call)
         readers = self.readers.get(call, [])
         if call in self.graph_output:
@@ -141,7 +146,7 @@ class FusionContext:
             return injective_lanes(shape[-1], dtype)  # returned by main: no post-dominator
         if len(readers) > 1:
             # several readers: the chain ends here when a path to their post-dominator
-            # crosses a conv/dense/pool (CheckPath, fuse_ops.cc:741-750)
+            # crosses a conv/dense/pool (CheckPath's condition, graph_partitioner.cc:439-448)
             if any(_composite(r) in ANCHORS for r in readers):
                 return injective_lanes(shape[-1], dtype)
             raise Unknown("its result has several elementwise readers")
@@ -231,7 +236,6 @@ def tag_boundaries(mod):
             parents.setdefault(child, []).append(node)
 
     relay.analysis.post_order_visit(main.body, visit)
-    from_graph = (relay.Var, relay.Constant)
 
     def only_returned(expr) -> bool:
         users = parents.get(expr, [])
@@ -249,18 +253,28 @@ def tag_boundaries(mod):
             outputs = [all(only_returned(u) for u in items if u.index == i) for i in range(len(func.ret_type.fields))]
         else:
             outputs = [only_returned(call)]
-        inputs = [isinstance(arg, from_graph) or _unanchored_op(arg) for arg in call.args]
+        inputs = [not _maybe_anchored(arg, parents) for arg in call.args]
         func = func.with_attr(INPUTS_ATTR, [int(v) for v in inputs])
         mod[call.op] = func.with_attr(OUTPUTS_ATTR, [int(v) for v in outputs])
     return mod
 
 
-def _unanchored_op(expr) -> bool:
-    """A call of a TVM operator whose pattern is at most injective (relay/op/op_common.h)."""
+def _maybe_anchored(expr, parents) -> bool:
+    """Whether TVM-only may compute ``expr`` in a conv/dense/pool kernel's group: an anchor
+    (kOutEWiseFusable) reached back through single-use elementwise/broadcast ops, or another
+    partition (its operators are TVM's in TVM-only)."""
+    if isinstance(expr, relay.Call) and isinstance(expr.op, relay.GlobalVar):
+        return True
     if not (isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op)):
-        return False
+        return False  # graph input, constant, tuple item
     pattern = expr.op.get_attr("TOpPattern")
-    return pattern is not None and int(pattern) <= relay.op.OpPattern.INJECTIVE
+    if pattern is None:
+        return True
+    if int(pattern) == relay.op.OpPattern.OUT_ELEMWISE_FUSABLE:
+        return True
+    if int(pattern) > relay.op.OpPattern.BROADCAST:
+        return False  # injective, reduce, opaque: no anchor group grows through them
+    return any(len(parents.get(arg, [])) == 1 and _maybe_anchored(arg, parents) for arg in expr.args)
 
 
 def keep_boundaries(original: relay.Function, folded: relay.Function) -> relay.Function:

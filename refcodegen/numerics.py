@@ -68,7 +68,7 @@ def _conv_shape(conv):
 
 def conv2d_output_sliced(target, conv) -> bool:
     """Does TVM's arm_cpu conv2d legalization pad the output channels to a multiple of 8 and
-    strided_slice them back (topi/arm_cpu/conv2d_alter_op.py:501-570 -> topi/generic/conv2d.py
+    strided_slice them back (topi/arm_cpu/conv2d_alter_op.py:502-570 -> topi/generic/conv2d.py
     conv2d_alter_int8_common: groups 1, dilation 1, int8 kernel, only when the conv is still
     int8 after qnn legalization: NHWC, or any layout with +dotprod (qnn/op/legalizations.py:488-503))?
     The requantize then follows a strided_slice instead of the conv's own schedule."""
@@ -89,12 +89,12 @@ def tvm_aarch64_lanes(target, kernel: str, *, conv=None, channels: int = 0) -> i
         4-lane output stage); with +dotprod and >= 64 (padded) input channels conv2d_nchw_int8
         (arm_cpu.py:125-135), NCHWc with int32_lanes=4 (topi/arm_cpu/conv2d_int8.py:135-185).
     group conv NCHW: oc_bn = largest of 4..1 dividing the channels per group, the output's
-        oc_block vectorized (topi/arm_cpu/group_conv2d.py:63-97, 370-376); NHWC: generic, none.
+        oc_block vectorized (topi/arm_cpu/group_conv2d.py:63-97, 365-371); NHWC: generic, none.
     depthwise (NCHW arm_cpu/x86 schedules, NHWC generic): no 4-lane output stage (measured).
     dense: dense_pack.x86 (arm_cpu.py:751-762; int8 has no arm_cpu dense): the output's
         tile_x inner factor, the largest of 8..1 dividing the units (topi/x86/dense.py:74-79,
         105-140; get_simd_32bit_lanes() is 4 off x86).
-    pool: x86 schedule_pool, which leaves a fused output stage unvectorized (topi/x86/pooling.py:98-106).
+    pool: x86 schedule_pool, which leaves a fused output stage unvectorized (topi/x86/pooling.py:97-105).
     """
     if kernel == "dense":
         return next(bn for bn in range(8, 0, -1) if channels % bn == 0)

@@ -26,7 +26,9 @@ from test_ops_dense import dense_block
 
 
 class Net:
-    """Builds branches whose requantizes all have distinct scale ratios."""
+    """Builds branches whose requantizes all have distinct scale ratios. Binary, requantize and
+    concatenate outputs take a scale ~3x their inputs': a ratio below 1/2 (a negative shift) is
+    where the NEON lowering rounds twice (tensor_intrin.py:1135-1145), so results can differ."""
 
     def __init__(self, seed=0):
         self.rng = np.random.default_rng(seed)
@@ -56,13 +58,13 @@ class Net:
         return y, 0.08  # dense_block's output scale
 
     def add(self, a, b, op=relay.qnn.op.add):
-        out_scale = self.scale()
+        out_scale = 3 * self.scale()
         c = relay.const
         y = op(a[0], b[0], c(np.float32(a[1])), c(-1), c(np.float32(b[1])), c(-1), c(np.float32(out_scale)), c(2))
         return y, out_scale
 
     def requantize(self, x, out_dtype="int8"):
-        out_scale = self.scale()
+        out_scale = 3 * self.scale()
         y = relay.qnn.op.requantize(x[0], relay.const(np.float32(x[1])), relay.const(0),
                                     relay.const(np.float32(out_scale)), relay.const(1), out_dtype=out_dtype)
         return y, out_scale
@@ -75,7 +77,7 @@ class Net:
         return relay.cast(y, "int8"), x[1]
 
     def concat(self, parts, axis=-1):
-        out_scale = self.scale()
+        out_scale = 3 * self.scale()
         c = relay.const
         y = relay.qnn.op.concatenate([p[0] for p in parts], [c(np.float32(p[1])) for p in parts],
                                      [c(0) for _ in parts], c(np.float32(out_scale)), c(0), axis=axis)
