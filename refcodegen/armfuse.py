@@ -120,6 +120,11 @@ class FusionContext:
 
     def _operand_lanes(self, operand, reader) -> int:
         """Lanes of the loop computing ``reader``'s requantize of ``operand``."""
+        others = [r for r in self.readers.get(operand, []) if not r.same_as(reader)]
+        if any(_composite(r) not in ANCHORS for r in others):
+            # EliminateCommonSubexpr merges equal requantize chains of one tensor: the shared
+            # int32 result then ends its own kernel, which the readers' graph does not show
+            raise Unknown("its operand is also requantized by another kernel")
         if _composite(operand) and _same(self._single_reader(operand), reader):
             lanes = self._anchor_lanes(operand)
             if lanes is not None:

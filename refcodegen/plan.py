@@ -242,6 +242,7 @@ def plan_binary(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer
     out_scale, out_zp = checks.const_value(out_scale), int(_scalar(out_zp))
     lo, hi = _out_range(dst.dtype, clip)
     op = checks.op_name(call)
+
     def mode(scale, operand=None) -> str:  # the compute dtype, NEON where TVM-only rounds so
         index = None if operand is None else _param_index(func, operand)
         if ask is None or (operand is not None and index is None):

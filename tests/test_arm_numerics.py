@@ -122,6 +122,7 @@ def nhwc_branches(net):
     a = net.conv(net.var((1, 6, 6, 8)), 16, per_channel=True)
     out.append(net.add(net.add(a, x16()), x16()))                       # add -> add, both in the conv
     out.append(net.add(x16(), x16(), relay.qnn.op.subtract))            # graph inputs: injective
+    out.append(net.add(net.conv(net.var((1, 6, 6, 8)), 16, per_channel=True), x16(), relay.qnn.op.mul))
     out.append(net.avg_pool(net.conv(net.var((1, 6, 6, 8)), 12)))       # sliced, ends on int32
     out.append(net.concat([net.conv(net.var((1, 6, 6, 8)), 16, per_channel=True), x16()]))
     d = net.var((3, 24))
@@ -135,6 +136,7 @@ def nchw_branches(net):
     out = []
     out.append(net.conv(net.var((1, 16, 6, 6)), 16, layout="NCHW", groups=4))   # group conv: oc_bn 4
     out.append(net.conv(net.var((1, 16, 6, 6)), 8, layout="NCHW", groups=4))    # oc_bn 2
+    out.append(net.conv(net.var((1, 6, 6, 16)), 16, groups=4))                  # NHWC group conv: generic
     out.append(net.conv(net.var((1, 64, 4, 4)), 16, layout="NCHW"))             # NCHWc int8 with dotprod
     out.append(net.conv(net.var((1, 8, 6, 6)), 16, layout="NCHW"))              # spatial pack
     out.append(net.conv(net.var((1, 16, 6, 6)), 16, layout="NCHW", groups=16))  # depthwise
@@ -227,6 +229,18 @@ def test_undecidable_rounding_is_an_error_not_a_guess():
             relay.build(part, target=TARGET_NEON)
     with tvm.transform.PassContext(opt_level=3):
         relay.build(part, target="llvm")  # elsewhere the question does not arise
+
+
+def test_shared_operand_is_an_error_not_a_guess():
+    """A conv output two adds requantize (TVM-only may merge their equal requantize chains into
+    one kernel of its own, 4 lanes of int32): refcg refuses to guess on aarch64."""
+    net = Net(3)
+    c = net.conv(net.var((1, 6, 6, 8)), 16, per_channel=True)
+    first = net.add(c, c)
+    mod = net.module([net.add(c, first)])
+    with pytest.raises(RefcgError, match="also requantized by another kernel"):
+        with tvm.transform.PassContext(opt_level=3):
+            relay.build(partition_for_refcg(mod), target=TARGET_NEON)
 
 
 def test_neon_mode_only_for_aarch64_upward_int64():
