@@ -10,13 +10,13 @@ import pytest
 import tvm
 from tvm import relay
 
-from arm.host import TARGET_DOTPROD, TARGET_NEON, Server, ensure_host, export_aarch64
+from arm.host import CROSS_CXX, TARGET_DOTPROD, TARGET_NEON, Server, ensure_host, export_aarch64
 from arm.probe import ISAS, Probe, build_probe
 from conftest import TARGET_LLVM, build_and_load, random_int, run
 from models import module, nchw_or_nhwc, qconv_block
-from refcodegen import partition_for_refcg
+from refcodegen import objcache, partition_for_refcg
 from refcodegen.partition import refcg_functions
-from test_arm_numerics import rule_modules
+from test_arm_numerics import rule_builds
 from test_ops_dense import dense_block
 
 
@@ -187,16 +187,18 @@ def test_every_branch_of_the_rounding_rule(arm_servers, tmp_path, cpu, target):
     """One module holding every branch of the aarch64 requantize rule (test_arm_numerics), issue 14's
     residual chain (conv -> conv -> qnn.add -> max_pool -> depthwise -> dense) its first output:
     bit-exact with TVM-only on the CPU each target is for."""
-    mod = rule_modules(target)
+    mod, tvm_lib, refcg_lib, _, _ = rule_builds(target)  # the builds test_arm_numerics checked
     rng = np.random.default_rng(14)
     inputs = {}
     for p in relay.transform.InferType()(mod)["main"].params:
         shape, dtype = [int(d) for d in p.checked_type.shape], p.checked_type.dtype
         span = (-3000, 3000) if dtype == "int32" else (None, None)  # int32 inputs: requantize to int8 unclipped
         inputs[p.name_hint] = random_int(rng, shape, dtype, *span)
-    reference, refcg = build_pair(mod, target, tmp_path)
-    want = arm_servers[cpu].run(reference, inputs)
-    assert_same(want, arm_servers[cpu].run(refcg, inputs))
+    libs = [tmp_path / "tvm.so", tmp_path / "refcg.so"]
+    for lib, path in zip((tvm_lib, refcg_lib), libs):
+        lib.export_library(str(path), fcompile=objcache.create_shared, cc=CROSS_CXX)
+    want = arm_servers[cpu].run(libs[0], inputs)
+    assert_same(want, arm_servers[cpu].run(libs[1], inputs))
     x86 = run(build_and_load(mod, TARGET_LLVM, tmp_path, "x86"), inputs)
     rounded = [i for i, (w, x) in enumerate(zip(want, x86)) if (w != x).any()]
     assert len(rounded) >= 5, f"too few outputs exercise the NEON rounding: {rounded}"

@@ -8,6 +8,7 @@ plan uses the NEON rounding for exactly the requantizes TVM computes on 4 lanes.
 requantize gets its own scale ratio, so its fixed-point multiplier identifies it in the TIR.
 The same modules run bit-exact on the emulated host in test_arm_models.py.
 """
+import functools
 import itertools
 
 import numpy as np
@@ -152,8 +153,8 @@ def rule_modules(target: str):
     return main
 
 
-def tvm_qms_lanes(mod, target) -> dict:
-    """{(multiplier, shift): lanes of each tir.q_multiply_shift} in TVM-only's lowering."""
+def tvm_qms_lanes(mod, target):
+    """TVM-only's library and {(multiplier, shift): lanes of each tir.q_multiply_shift} in it."""
     found: dict = {}
 
     def visit(node):
@@ -171,12 +172,12 @@ def tvm_qms_lanes(mod, target) -> dict:
                         tvm.tir.stmt_functor.post_order_visit(func.body, visit)
 
     with tvm.transform.PassContext(opt_level=3, instruments=[Grab()]):
-        relay.build(mod, target=target)
-    return found
+        lib = relay.build(mod, target=target)
+    return lib, found
 
 
-def refcg_qms(mod, target) -> dict:
-    """{(multiplier, shift): NEON?} for refcg's per-tensor UPWARD int64 requantizes."""
+def refcg_qms(mod, target):
+    """refcg's library and {(multiplier, shift): NEON?} for its per-tensor UPWARD int64 requantizes."""
     plans = []
 
     def observe(stage, func):
@@ -186,7 +187,7 @@ def refcg_qms(mod, target) -> dict:
     OBSERVERS.append(observe)
     try:
         with tvm.transform.PassContext(opt_level=3):
-            relay.build(partition_for_refcg(mod), target=target)
+            lib = relay.build(partition_for_refcg(mod), target=target)
     finally:
         OBSERVERS.remove(observe)
     found = {}
@@ -198,13 +199,22 @@ def refcg_qms(mod, target) -> dict:
             for rq in rqs:
                 if rq is not None and not rq.per_channel and not rq.identity and rq.mode in (neon, exact):
                     found.setdefault((rq.multipliers[0], rq.shifts[0]), set()).add(rq.mode == neon)
-    return found
+    return lib, found
+
+
+@functools.lru_cache(maxsize=None)
+def rule_builds(target: str):
+    """(module, TVM-only library, refcg library, TVM lanes, refcg NEON choices) for ``target``:
+    built once per session, for this test and the emulated run in test_arm_models.py."""
+    mod = rule_modules(target)
+    tvm_lib, lanes = tvm_qms_lanes(mod, target)
+    refcg_lib, neon = refcg_qms(mod, target)
+    return mod, tvm_lib, refcg_lib, lanes, neon
 
 
 @pytest.mark.parametrize("target", [TARGET_NEON, TARGET_DOTPROD], ids=["neon", "dotprod"])
 def test_rule_matches_tvm_lowering(target):
-    mod = rule_modules(target)
-    tvm_lanes, refcg = tvm_qms_lanes(mod, target), refcg_qms(mod, target)
+    _, _, _, tvm_lanes, refcg = rule_builds(target)
     assert len(refcg) >= 30, f"too few requantizes reached the plan: {len(refcg)}"
     wrong = {key: (lanes, refcg[key]) for key, lanes in tvm_lanes.items()
              if key in refcg and refcg[key] != {n == 4 for n in lanes}}
