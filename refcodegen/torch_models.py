@@ -12,12 +12,15 @@ Needs the ``torch`` extra.
 torchvision (for its quantizable networks) comes through ``import_torchvision()``: the PyPI
 torchvision 0.28.0 wheel is built against the CUDA torch, so with the CPU torch its C operators
 (detection ops, which the networks do not use) do not load and its import fails unless their
-schemas exist. With the CUDA torch, import torchvision before tvm: its CUDA libraries carry an
-LLVM of their own, and the other order aborts ("Option ... registered more than once").
+schemas exist. With the CUDA torch, import torchvision before tvm (and so before refcodegen): its
+CUDA libraries carry an LLVM of their own, and the other order aborts ("Option ... registered more
+than once"); ``import_torchvision()`` then returns it, or raises a RefcgError instead of aborting.
 """
 from __future__ import annotations
 
 import sys
+
+from .errors import RefcgError
 
 INPUT_SHAPE = (1, 3, 32, 32)
 
@@ -37,6 +40,9 @@ def import_torchvision():
         return sys.modules["torchvision"]
     import torch
 
+    if torch.version.cuda is not None:  # refcodegen has loaded tvm: torchvision now would abort
+        raise RefcgError("torchvision", f"torch {torch.__version__}", "with a CUDA build of torch, import "
+                         "torchvision before tvm and refcodegen (the other order aborts the process)")
     try:
         import torchvision  # a CUDA torch loads torchvision's C operators itself
     except RuntimeError as error:
@@ -86,21 +92,50 @@ def _modules():
     return MobileNetV2Style
 
 
+def quantize_eager(net, engine: str = "fbgemm", calibration: int = 8, shape=INPUT_SHAPE):
+    """Eager-mode post-training static quantization of a fused float ``net`` (in place; returned),
+    calibrated on ``calibration`` random inputs from torch's global generator."""
+    import torch
+    import torch.ao.quantization as tq
+
+    torch.backends.quantized.engine = engine
+    net.eval()
+    net.qconfig = tq.get_default_qconfig(engine)
+    tq.prepare(net, inplace=True)
+    with torch.no_grad():
+        for _ in range(calibration):
+            net(torch.randn(shape))
+    return tq.convert(net, inplace=True)
+
+
+def recalibrate_batch_norm(net, batches: int = 4, shape=INPUT_SHAPE, seed: int = 0):
+    """Batch-norm running statistics measured on random data (in place; returned in eval mode).
+
+    With random weights and the initial statistics (mean 0, variance 1) activations shrink layer
+    after layer: torchvision's MobileNetV2 then quantizes to one constant output, and a bit-exact
+    comparison of it proves nothing. Measured statistics keep every layer's output spread."""
+    import torch
+
+    for module in net.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.reset_running_stats()
+            module.momentum = None  # a plain average over the batches
+    generator = torch.Generator().manual_seed(seed)
+    net.train()
+    with torch.no_grad():
+        for _ in range(batches):
+            net(torch.randn((4, *shape[1:]), generator=generator))
+    return net.eval()
+
+
 def mobilenet_v2_traced(seed: int = 0, engine: str = "fbgemm", calibration: int = 8):
     """(traced quantized ScriptModule, example input) for ``relay.frontend.from_pytorch``."""
     import torch
     import torch.ao.quantization as tq
 
     torch.manual_seed(seed)
-    torch.backends.quantized.engine = engine
     net = _modules()().eval()
-    net = tq.fuse_modules(net, net.fuse)
-    net.qconfig = tq.get_default_qconfig(engine)
-    tq.prepare(net, inplace=True)
-    with torch.no_grad():
-        for _ in range(calibration):
-            net(torch.randn(INPUT_SHAPE))
-    tq.convert(net, inplace=True)
+    net = quantize_eager(tq.fuse_modules(net, net.fuse), engine, calibration)
     example = torch.randn(INPUT_SHAPE)
     with torch.no_grad():
         return torch.jit.trace(net, example), example

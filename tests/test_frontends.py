@@ -4,12 +4,13 @@ Each model: refcg vs TVM-only bit-exact (compare_with_tvm), the QNN offload frac
 against a floor, and the difference to the quantizer's own runtime printed (run with -s to see
 it; ONNX Runtime and PyTorch round differently from TVM, so it is reported, not asserted).
 """
+import sys
 from functools import partial
 
 import numpy as np
 import pytest
 
-from conftest import compare_with_tvm
+from conftest import assert_not_degenerate, compare_with_tvm
 from refcodegen import RefcgError, offload_report, onnx_models, runner, torch_models
 from refcodegen.frontends import load_model, parse_shape
 
@@ -36,11 +37,13 @@ def quantized_onnx(tmp_path, name, fmt, per_channel, activation):
 
 
 def check_model(model, inputs, tmp_path, name, reference_outputs):
-    """Bit-exact with TVM-only, offload fraction at or above the floor; returns the report."""
+    """Bit-exact with TVM-only on outputs that are not degenerate, offload fraction at or above the
+    floor; returns the report."""
     outputs = []
     # runner.prepared already ran the frontend clean-ups (FakeQuantizationToInteger): not twice
     partitioned = compare_with_tvm(runner.prepared(model), inputs, tmp_path, outputs=outputs,
                                    fold_batch_norm=False)
+    assert_not_degenerate(outputs)
     report = offload_report(partitioned)
     diff = runner.max_abs_diff(reference_outputs, outputs)
     print(f"\n{name}: QNN ops offloaded {report.qnn_fraction():.1%}, max |refcg - quantizer runtime| = "
@@ -88,6 +91,37 @@ def test_pytorch_post_training_quantized(tmp_path):
     with torch.no_grad():
         expected = [traced(example).numpy()]
     check_model(model, {"input": example.numpy()}, tmp_path, "pytorch", expected)
+
+
+@pytest.mark.parametrize("recalibrate", [False, True])
+def test_untouched_batch_norm_collapses_and_the_check_fails_it(recalibrate):
+    """torchvision's MobileNetV2, random weights, quantized by PyTorch: with the initial batch-norm
+    statistics its output is one constant, which the network tests' check rejects; with statistics
+    recalibrated on random data (torch_models.recalibrate_batch_norm) it passes."""
+    torch = pytest.importorskip("torch")  # the torch extra; make test installs it
+    torchvision = torch_models.import_torchvision()  # after tvm (conftest): the CPU torch allows it
+    torch.manual_seed(0)
+    net = torchvision.models.quantization.mobilenet_v2(weights=None, quantize=False)
+    if recalibrate:
+        torch_models.recalibrate_batch_norm(net)
+    net.eval().fuse_model(is_qat=False)
+    torch_models.quantize_eager(net, calibration=2)
+    with torch.no_grad():
+        outputs = [net(torch.randn(torch_models.INPUT_SHAPE)).numpy()]
+    if recalibrate:
+        assert_not_degenerate(outputs)
+    else:
+        with pytest.raises(AssertionError, match="takes 1 distinct value"):
+            assert_not_degenerate(outputs)
+
+
+def test_torchvision_after_tvm_with_a_cuda_torch_names_the_order(monkeypatch):
+    """With a CUDA torch, torchvision imported after tvm aborts the process: the loader says so first."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.delitem(sys.modules, "torchvision", raising=False)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    with pytest.raises(RefcgError, match="import torchvision before tvm"):
+        torch_models.import_torchvision()
 
 
 def test_relay_text_with_params(tmp_path):
