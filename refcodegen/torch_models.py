@@ -12,15 +12,13 @@ Needs the ``torch`` extra.
 torchvision (for its quantizable networks) comes through ``import_torchvision()``: the PyPI
 torchvision 0.28.0 wheel is built against the CUDA torch, so with the CPU torch its C operators
 (detection ops, which the networks do not use) do not load and its import fails unless their
-schemas exist. With the CUDA torch, import torchvision before tvm (and so before refcodegen): its
-CUDA libraries carry an LLVM of their own, and the other order aborts ("Option ... registered more
-than once"); ``import_torchvision()`` then returns it, or raises a RefcgError instead of aborting.
+schemas exist. With the CUDA torch it imports as it is, before or after tvm, once refcodegen is
+imported: torchvision imports triton (through torch._dynamo), whose LLVM crashes the process when
+loaded after TVM's, and ``import refcodegen`` keeps triton from loading (``__init__.py``).
 """
 from __future__ import annotations
 
 import sys
-
-from .errors import RefcgError
 
 INPUT_SHAPE = (1, 3, 32, 32)
 
@@ -40,9 +38,6 @@ def import_torchvision():
         return sys.modules["torchvision"]
     import torch
 
-    if torch.version.cuda is not None:  # refcodegen has loaded tvm: torchvision now would abort
-        raise RefcgError("torchvision", f"torch {torch.__version__}", "with a CUDA build of torch, import "
-                         "torchvision before tvm and refcodegen (the other order aborts the process)")
     try:
         import torchvision  # a CUDA torch loads torchvision's C operators itself
     except RuntimeError as error:

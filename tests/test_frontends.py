@@ -4,6 +4,8 @@ Each model: refcg vs TVM-only bit-exact (compare_with_tvm), the QNN offload frac
 against a floor, and the difference to the quantizer's own runtime printed (run with -s to see
 it; ONNX Runtime and PyTorch round differently from TVM, so it is reported, not asserted).
 """
+import os
+import subprocess
 import sys
 from functools import partial
 
@@ -115,13 +117,19 @@ def test_untouched_batch_norm_collapses_and_the_check_fails_it(recalibrate):
             assert_not_degenerate(outputs)
 
 
-def test_torchvision_after_tvm_with_a_cuda_torch_names_the_order(monkeypatch):
-    """With a CUDA torch, torchvision imported after tvm aborts the process: the loader says so first."""
-    torch = pytest.importorskip("torch")
-    monkeypatch.delitem(sys.modules, "torchvision", raising=False)
-    monkeypatch.setattr(torch.version, "cuda", "13.0")
-    with pytest.raises(RefcgError, match="import torchvision before tvm"):
-        torch_models.import_torchvision()
+def test_triton_cannot_crash_a_process_that_loaded_tvm(tmp_path):
+    """CUDA builds of torch install triton, whose LLVM crashes the process when it loads after TVM's
+    (torchvision loads it through torch._dynamo). With a stand-in triton that aborts when imported,
+    torchvision and torch._dynamo import after refcodegen without loading it."""
+    pytest.importorskip("torch")
+    (tmp_path / "triton").mkdir()
+    (tmp_path / "triton" / "__init__.py").write_text("import os\nos.abort()  # as triton after TVM does\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    assert subprocess.run([sys.executable, "-c", "import triton"], env=env).returncode != 0  # it does abort
+    code = ("import sys, refcodegen; from refcodegen.torch_models import import_torchvision; "
+            "import_torchvision(); import torch._dynamo; assert sys.modules['triton'] is None")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def test_relay_text_with_params(tmp_path):
