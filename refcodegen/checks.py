@@ -95,6 +95,8 @@ def check_zero_point(expr, dtype: str, what: str, allow_vector: bool = False) ->
         return f"{what} must be a scalar"
     if value.size == 0 or np.any(value != value.reshape(-1)[0]):
         return f"{what} varies per channel"
+    if dtype not in DTYPE_RANGE:  # e.g. int16 (TFLite 16x8 models)
+        return f"{what}: {dtype} is not an int8/uint8/int32 type"
     lo, hi = DTYPE_RANGE[dtype]
     if not lo <= int(value.reshape(-1)[0]) <= hi:
         return f"{what} {int(value.reshape(-1)[0])} is outside the {dtype} range"
@@ -106,6 +108,8 @@ def channel_axis(layout: str) -> int:
 
 
 def check_clip(clip, dtype: str) -> str | None:
+    if dtype not in DTYPE_RANGE:
+        return f"clip of {dtype}: not an int8/uint8/int32 type"
     lo, hi = DTYPE_RANGE[dtype]
     a_min, a_max = float(clip.attrs.a_min), float(clip.attrs.a_max)
     if not (math.isfinite(a_min) and math.isfinite(a_max)):
