@@ -94,12 +94,15 @@ def test_per_channel_fully_connected(tmp_path):
 
 def test_16x8_stays_in_tvm_with_reasons(tmp_path):
     """int16 activations: imported (per-channel dense too, int64 accumulation), left to TVM with
-    the reason per op, and the build runs."""
+    the reason per op (refcg's core is int8/uint8), and the build runs."""
     model = load_model(tflite_models.make_tflite("small_cnn", quantization="16x8", io_dtype="int16"))
     assert [dtype for _, dtype in model.inputs.values()] == ["int16"]
-    inputs = runner.random_inputs(model.inputs)
-    report = offload_report(compare_with_tvm(runner.prepared(model), inputs, tmp_path, expect_partitions=0,
-                                             fold_batch_norm=False))
+    partitioned = runner.partition(model, "llvm")
+    assert not refcg_functions(partitioned)  # the build is TVM-only's: run it once
+    outputs = runner.run(runner.load(runner.build(partitioned, "llvm", str(tmp_path / "m.so"))),
+                         runner.random_inputs(model.inputs))
+    assert outputs[0].dtype == np.int16 and len(np.unique(outputs[0])) > 5
+    report = offload_report(partitioned)
     conv_rows = [line for line in str(report).splitlines() if "TVM    qnn.conv2d" in line]
     assert report.qnn_fraction() == 0.0 and conv_rows
     assert all("dtypes int16/int8 are not int8/uint8" in line for line in conv_rows)
@@ -120,3 +123,61 @@ def test_import_error_names_op_and_converter_option(tmp_path, monkeypatch):
     assert "TFLITE_BUILTINS_INT8" in message
     assert "_experimental_disable_per_channel_quantization_for_dense_layers" in message
 
+
+
+def test_refcg_commands(tmp_path, capsys):
+    """report, compile, run, emit and bench on a .tflite; bench shows LiteRT beside TVM-only and refcg."""
+    from refcodegen import cli
+
+    path = tflite_models.make_tflite("small_cnn")
+    assert cli.main(["report", path]) == 0
+    assert "QNN ops offloaded: 100.0%" in capsys.readouterr().out
+    lib = str(tmp_path / "m.so")
+    assert cli.main(["compile", path, "-o", lib]) == 0 and cli.main(["run", lib]) == 0
+    assert "random inputs (seed 0): serving_default_image:0 int8[1, 32, 32, 3]" in capsys.readouterr().out
+    assert cli.main(["emit", path, "-o", str(tmp_path / "c")]) == 0
+    assert "refcg.dense" in (tmp_path / "c" / "report.txt").read_text()
+    assert cli.main(["bench", path, "--number", "1", "--repeat", "1", "--samples", "2"]) == 0
+    out = capsys.readouterr().out
+    print(out)
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line}
+    assert {"TVM-only", "refcg", "LiteRT"} <= set(rows) and "(LSB)" in out
+    assert float(rows["refcg"][-2]) == 0.0 and rows["refcg"][-1] == "2/2"
+    assert "LiteRT 1 thread(s)" in out
+
+
+def test_tvmc_compile_and_run(tmp_path):
+    """`python -m refcodegen.tvmc compile --target "refcg, llvm"` builds a tvmc package with refcg
+    partitions; plain tvmc runs it, with the same outputs as tvmc's own TVM-only build."""
+    import subprocess
+    import sys
+    import tarfile
+
+    path = tflite_models.make_tflite("small_cnn")
+    model = load_model(path)
+    np.savez(tmp_path / "x.npz", **runner.random_inputs(model.inputs))
+    outputs = {}
+    for name, target in [("refcg", "refcg, llvm"), ("tvm", "llvm")]:
+        package = str(tmp_path / f"{name}.tar")
+        done = subprocess.run([sys.executable, "-m", "refcodegen.tvmc", "compile", "--target", target, path,
+                               "-o", package], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        with tarfile.open(package) as tar:
+            tar.extract("mod.so", tmp_path / name)
+        symbols = subprocess.run(["nm", str(tmp_path / name / "mod.so")], capture_output=True, text=True).stdout
+        assert ("T tvmgen_default_refcg_main_0" in symbols) == (name == "refcg")
+        done = subprocess.run([sys.executable, "-m", "tvm.driver.tvmc", "run", package, "--inputs",
+                               str(tmp_path / "x.npz"), "-o", str(tmp_path / f"{name}.npz")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs[name] = dict(np.load(tmp_path / f"{name}.npz"))
+    assert outputs["refcg"].keys() == outputs["tvm"].keys()
+    for key in outputs["tvm"]:
+        np.testing.assert_array_equal(outputs["refcg"][key], outputs["tvm"][key])
+
+
+def test_tvmc_option_errors(tmp_path):
+    from refcodegen import tvmc
+
+    with pytest.raises(RefcgError, match="unknown refcg option"):
+        tvmc.partition(None, None, bogus="1")
