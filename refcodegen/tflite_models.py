@@ -15,6 +15,7 @@ Needs the ``tflite-models`` extra (tensorflow-cpu).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -34,9 +35,10 @@ KERAS_APPS = {
 
 def settings(name: str, size: int = 32, classes: int = 10, seed: int = 0, io_dtype: str = "int8",
              quantization: str = "int8", per_channel_dense: bool = True, calibration: int = 4,
-             cut: str | None = None) -> dict:
+             cut: str | None = None, alpha: float | None = None) -> dict:
     """Every choice that changes the file: the cache key and the child's instructions.
 
+    ``alpha``: width multiplier of the MobileNets (default: the ``KERAS_APPS`` value).
     ``cut``: end a Keras application at this layer (e.g. ``"block_2_add"`` of MobileNetV2) with a
     global average pool and a dense head: the same layer kinds at a fraction of the depth, for tests.
 
@@ -50,7 +52,7 @@ def settings(name: str, size: int = 32, classes: int = 10, seed: int = 0, io_dty
         raise ValueError(f"quantization {quantization!r} / io_dtype {io_dtype!r}")
     return {"name": name, "size": size, "classes": classes, "seed": seed, "io_dtype": io_dtype,
             "quantization": quantization, "per_channel_dense": per_channel_dense, "calibration": calibration,
-            "cut": cut}
+            "cut": cut, "alpha": alpha}
 
 
 def cache_dir() -> str:
@@ -66,19 +68,25 @@ def make_tflite(name: str, **options) -> str:
         tf_version = metadata.version("tensorflow")  # raises when neither is installed
     key = hashlib.sha256(json.dumps([config, tf_version, _source_digest()], sort_keys=True).encode()).hexdigest()[:16]
     path = os.path.join(cache_dir(), "tflite", f"{name}-{key}.tflite")
-    if not os.path.isfile(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        partial = f"{path}.{os.getpid()}.tmp"  # concurrent builders (pytest-xdist) each write their own
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
-        child = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
-        done = subprocess.run([sys.executable, "-c", child, __file__, json.dumps(config), partial],
-                              env=env, capture_output=True, text=True)
-        if done.returncode != 0 or not os.path.isfile(partial):
-            if os.path.exists(partial):
-                os.remove(partial)
-            raise RuntimeError(f"converting {name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-        os.replace(partial, path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(f"{path}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one conversion per file when pytest-xdist workers ask together
+        if not os.path.isfile(path):
+            _convert_in_child(config, path)
     return path
+
+
+def _convert_in_child(config: dict, path: str):
+    partial = f"{path}.{os.getpid()}.tmp"  # renamed when complete: a killed run leaves no half file
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    child = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
+    done = subprocess.run([sys.executable, "-c", child, __file__, json.dumps(config), partial],
+                          env=env, capture_output=True, text=True)
+    if done.returncode != 0 or not os.path.isfile(partial):
+        if os.path.exists(partial):
+            os.remove(partial)
+        raise RuntimeError(f"converting {config['name']} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    os.replace(partial, path)
 
 
 def _source_digest() -> str:
@@ -119,6 +127,8 @@ def _build(keras, config):
     if config["name"] == "two_io":
         return _two_io(keras, config)
     app, kwargs = KERAS_APPS[config["name"]]
+    if config["alpha"] is not None:
+        kwargs = {**kwargs, "alpha": config["alpha"]}
     model = getattr(keras.applications, app)(
         input_shape=(config["size"], config["size"], 3), weights=None, classes=config["classes"],
         classifier_activation=None, **kwargs)
