@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     from tvm.driver.tvmc.main import _main
 
     try:
-        return _main(sys.argv[1:] if argv is None else argv)
+        return _main(sys.argv[1:] if argv is None else argv) or 0  # tvmc's run returns None
     except RefcgError as err:
         print(f"refcg: error: {err.op}: {err.attribute}: {err.reason}", file=sys.stderr)
         return 2
