@@ -24,8 +24,6 @@ FULL_INT8_HINT = ("convert full-integer: optimizations=[tf.lite.Optimize.DEFAULT
 OP_HINTS = {
     "FULLY_CONNECTED": "or convert with converter._experimental_disable_per_channel_quantization_for_dense_layers"
                        " = True (per-tensor dense weights)",
-    "BATCH_MATMUL": "or convert with converter._experimental_disable_per_channel_quantization_for_dense_layers"
-                    " = True",
 }
 
 
@@ -38,8 +36,8 @@ class RefcgOperatorConverter(OperatorConverter):
 
     def __init__(self, model, subgraph, exp_tab):
         super().__init__(model, subgraph, exp_tab)
+        # FULLY_CONNECTED's entry is already the bound override below
         self.convert_map = {name: self._named(name, convert) for name, convert in self.convert_map.items()}
-        self.convert_map["FULLY_CONNECTED"] = self._named("FULLY_CONNECTED", self.convert_fully_connected)
 
     def _named(self, op_code: str, convert):
         """Wrap one converter so a failure names the TFLite op and its output tensor."""
@@ -71,8 +69,8 @@ class RefcgOperatorConverter(OperatorConverter):
     def _per_channel_fully_connected(self, op, input_tensor, weight_tensor, weight_scale):
         """qnn.dense (vector kernel_scale) + bias + per-channel requantize + fused activation.
 
-        The inverse of TVM's per-tensor path, with the scales kept as vectors: int32 accumulation,
-        int64 for 16x8 models (int16 activations), as ``convert_fully_connected`` does.
+        TVM's per-tensor path with the scales kept as vectors: int32 accumulation, int64 for 16x8
+        models (int16 activations), as ``convert_fully_connected`` does.
         """
         from tflite.FullyConnectedOptions import FullyConnectedOptions
 
