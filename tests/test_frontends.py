@@ -153,7 +153,8 @@ def test_relay_text_with_params(tmp_path):
 
 
 @pytest.mark.parametrize("path,shapes,fragment", [
-    ("model.tflite", None, "unknown format"),
+    ("model.pb", None, "unknown format"),
+    ("model.tflite", None, "not a TFLite flatbuffer"),
     ("model.pt", None, "TorchScript has no input shapes"),
     ("missing.onnx", None, "no such file"),
 ])
