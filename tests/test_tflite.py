@@ -91,20 +91,22 @@ def test_per_channel_fully_connected(tmp_path):
     assert sorted(scales) == [4, 8, 10]  # side Dense(8), heads Dense(10) and Dense(4): one scale per unit
 
 
-def test_16x8_stays_in_tvm_with_reasons(tmp_path):
-    """int16 activations: imported (per-channel dense too, int64 accumulation), left to TVM with
-    the reason per op (refcg's core is int8/uint8), and the build runs."""
+def test_16x8_convs_stay_in_tvm_with_reasons(tmp_path):
+    """int16 activations: imported (per-channel dense too, int64 accumulation); the convs and dense
+    stay in TVM with the reason per op (refcg's conv/dense kernels are int8/uint8), the int16
+    requantizes refcg computes are offloaded, and the result is TVM-only's bit for bit."""
     model = load_model(tflite_models.make_tflite("small_cnn", quantization="16x8", io_dtype="int16"))
     assert [dtype for _, dtype in model.inputs.values()] == ["int16"]
-    partitioned = runner.partition(model, "llvm")
-    assert not refcg_functions(partitioned)  # the build is TVM-only's: run it once
-    outputs = runner.run(runner.load(runner.build(partitioned, "llvm", str(tmp_path / "m.so"))),
-                         runner.random_inputs(model.inputs))
+    inputs = runner.random_inputs(model.inputs)
+    outputs = []
+    partitioned = compare_with_tvm(runner.prepared(model), inputs, tmp_path, outputs=outputs,
+                                   fold_batch_norm=False)
     assert outputs[0].dtype == np.int16 and len(np.unique(outputs[0])) > 5
     report = offload_report(partitioned)
     conv_rows = [line for line in str(report).splitlines() if "TVM    qnn.conv2d" in line]
-    assert report.qnn_fraction() == 0.0 and conv_rows
-    assert all("dtypes int16/int8 are not int8/uint8" in line for line in conv_rows)
+    assert conv_rows and all("dtypes int16/int8 are not int8/uint8" in line for line in conv_rows)
+    offloaded = {kernel for func in refcg_functions(partitioned) for kernel in str(func[1]).split('Composite="')[1:]}
+    assert offloaded and all(k.startswith("refcg.requantize") for k in offloaded), offloaded
 
 
 def test_import_error_names_op_and_converter_option(tmp_path, monkeypatch):
