@@ -30,7 +30,8 @@ def emit_requant(name: str, rq) -> str:
             + f"static const float {name}_f[] = {{ {', '.join(repr(float(v)) + 'f' for v in rq.scales_f32)} }};\n"
             + f"static const double {name}_d[] = {{ {', '.join(repr(float(v)) for v in rq.scales_f64)} }};\n"
             + f"static const refcg_requant {name} = {{ {rq.mode}, {int(rq.per_channel)}, {int(rq.identity)}, "
-            f"{rq.input_zp}, {rq.output_zp}, {rq.out_min}, {rq.out_max}, {name}_m, {name}_s, {name}_f, {name}_d }};\n")
+            f"{rq.input_zp}, {rq.output_zp}, {rq.out_min}, {rq.out_max}, {name}_m, {name}_s, {name}_f, {name}_d, "
+            f"{int(rq.fused)}, {int(rq.round_emulated)}, {rq.addend!r}f, {rq.post!r}f, {rq.addend!r}, {rq.post!r} }};\n")
 
 
 def emit_conv(i: int, conv: Conv2D, x, rq, bias, want) -> str:
