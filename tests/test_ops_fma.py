@@ -15,7 +15,6 @@ FMA_NUMERICS = {
     "fma": NUMERICS["float32"],
     "fma-tonearest": ("llvm -mcpu=skylake", {"rounding": "TONEAREST"}),
     "nofma": NUMERICS["float32-nofma"],
-    "nofma-tonearest": ("llvm -mcpu=sandybridge", {"rounding": "TONEAREST"}),
     "no-sse41": ("llvm", {"compute_dtype": "float32"}),  # TVM's floor/round emulations, no fold
     "fma-float64": ("llvm -mcpu=haswell", {"compute_dtype": "float64"}),
 }
