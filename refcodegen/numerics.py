@@ -116,11 +116,10 @@ class FloatLowering:
 
     ``sse41``: TVM emits Floor/Round (src/relay/qnn/op/requantize.cc L136-176,
     has_current_target_sse41_support), else cast/compare/where emulations of them.
-    ``fma``: the target has fused multiply-add, so LLVM contracts a float multiply into the
-    add that is its only use: TVM sets ``AllowFPOpFusion = FPOpFusion::Fast`` for every llvm
-    target (src/target/llvm/llvm_instance.cc L288), and LLVM's DAGCombiner contracts
-    fadd(fmul a b, c) when the fmul has one use (x86 and generic AArch64 do not enable
-    aggressive FMA fusion).
+    ``fma``: the target has fused multiply-add, so LLVM contracts a float multiply and the add
+    consuming it into one rounding: TVM sets ``AllowFPOpFusion = FPOpFusion::Fast`` for every
+    llvm target (src/target/llvm/llvm_instance.cc L288), which lets LLVM's DAGCombiner form
+    fma(a, b, c) from fadd(fmul(a, b), c) without fast-math flags.
     """
 
     sse41: bool
@@ -163,8 +162,8 @@ class Requantize:
     scales_f64: tuple[float, ...]
     fused: bool = False  # float modes: fma(x, scale, addend), else x * scale + addend
     round_emulated: bool = False  # float TONEAREST: trunc(f +- 0.5), TVM's non-sse4.1 Tonearest
-    addend: float = 0.0  # added to the product: output zp, or zp + 0.5 folded (UPWARD)
-    post: float = 0.0  # added after it: 0.5 when UPWARD's half is not folded
+    addend: float = 0.0  # the add after the product: zp, zp + 0.5 (folded) or 0.5 (float_form)
+    post: float = 0.0  # added after that: 0.5 when UPWARD's half stays a separate add
 
 
 def float_form(rounding: str, output_zp: int, identity: bool, lowering: FloatLowering) -> dict:
@@ -177,23 +176,27 @@ def float_form(rounding: str, output_zp: int, identity: bool, lowering: FloatLow
       src/relay/transforms/simplify_expr.cc L885-916) when ``p + zp`` has no other use: with
       sse4.1 (Floor). The non-sse4.1 Upward also reads ``p + zp`` in isfinite/where, and the
       rewrite leaves that chain alone (measured: the optimized Relay keeps both adds).
-    - LLVM fuses the multiply into the add consuming it when the target has FMA and that add
-      is the multiply's only use (FloatLowering): the add of zp + 0.5 (UPWARD with sse4.1) or
-      of zp (zp != 0). With zp == 0 the product goes straight to Round or to the emulations,
-      which read it several times: no fusion.
+    - LLVM fuses the multiply into the add that consumes it when the target has FMA (FloatLowering):
+      the add of zp + 0.5 (UPWARD, sse4.1), of zp (zp != 0), or of 0.5 (UPWARD without sse4.1,
+      zp == 0). TONEAREST with zp == 0 has no add after the product: nothing to fuse.
     - Without sse4.1, TONEAREST is trunc(f + copysign(0.5, f)) (the where/multiply emulation).
     Measured against TVM-only builds for skylake, haswell, sandybridge, corei7 and llvm
-    (tests/test_ops_fma.py); the aarch64 case (FMA without sse4.1) follows from the same rules
-    but is not compared with a TVM-only aarch64 build.
+    (tests/test_ops_fma.py). aarch64 (FMA without sse4.1) is read from TVM's aarch64 assembly, not
+    run: fmla for x*m + zp, and for x*m + 0.5 even though isfinite/where read x*m too (LLVM keeps
+    a separate fmul for them); the core's arithmetic for it is run under qemu (test_core_arm.py).
     """
     upward = rounding == "UPWARD"
-    folded_half = upward and lowering.sse41
-    fused = lowering.fma and not identity and (output_zp != 0 or folded_half)
+    if upward and lowering.sse41:
+        addend, post = output_zp + 0.5, 0.0  # folded; exact in float32 for any zero point
+    elif upward:
+        addend, post = (output_zp, 0.5) if output_zp != 0 else (0.5, 0.0)
+    else:
+        addend, post = output_zp, 0.0
     return {
-        "fused": fused,
+        "fused": lowering.fma and not identity and (upward or output_zp != 0),
         "round_emulated": not upward and not lowering.sse41,
-        "addend": output_zp + (0.5 if folded_half else 0.0),  # exact in float32 for any zero point
-        "post": 0.5 if upward and not folded_half else 0.0,
+        "addend": float(addend),
+        "post": post,
     }
 
 
