@@ -7,7 +7,8 @@ import tvm
 from tvm import relay
 from tvm.relay.build_module import bind_params_by_name
 
-from .patterns import COMPILER, REJECTIONS, pattern_table
+from .numerics import dequantize_into_add
+from .patterns import COMPILER, DEQUANTIZE_INTO_ADD, REJECTIONS, pattern_table
 
 TARGET_ATTR = "RefcgTarget"
 REJECTIONS_ATTR = "refcg_rejections"
@@ -53,9 +54,14 @@ def partition_for_refcg(mod, params=None, *, target=None, fold_batch_norm: bool 
     if params:
         mod["main"] = bind_params_by_name(mod["main"], params)
     REJECTIONS.clear()
+    with tvm.transform.PassContext(opt_level=3):
+        mod = tvm.transform.Sequential(prepare_passes(fold_batch_norm, fake_quantization_to_integer))(mod)
+    DEQUANTIZE_INTO_ADD.clear()
+    for func in mod.functions.values():
+        if isinstance(func, relay.Function):
+            DEQUANTIZE_INTO_ADD.update(dequantize_into_add(func.body))
     seq = tvm.transform.Sequential(
-        prepare_passes(fold_batch_norm, fake_quantization_to_integer)
-        + [
+        [
             relay.transform.MergeComposite(pattern_table()),
             relay.transform.AnnotateTarget(COMPILER),
             relay.transform.MergeCompilerRegions(),

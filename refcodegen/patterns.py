@@ -9,7 +9,7 @@ from __future__ import annotations
 from tvm.relay.dataflow_pattern import is_constant, is_op, is_tuple, wildcard
 from tvm.relay.op.contrib.register import register_pattern_table
 
-from . import checks, lut, softmax
+from . import checks, lut, numerics, softmax
 
 COMPILER = "refcg"
 
@@ -141,6 +141,15 @@ class Rejections:
 
 
 REJECTIONS = Rejections()
+# numerics.dequantize_into_add of the graph being partitioned (filled by partition_for_refcg)
+DEQUANTIZE_INTO_ADD: set = set()
+
+
+def _check_dequantize(call) -> str | None:
+    reason = checks.check_quantize(call)
+    if reason is None and numerics.dequantize_key(call) in DEQUANTIZE_INTO_ADD:
+        reason = numerics.dequantize_fma_reason(lut.partition_target())
+    return reason
 
 
 def _checked(check, anchor_of):
@@ -182,7 +191,7 @@ KERNEL_FAMILIES = [
      lambda e: checks.check_float_softmax(e) or softmax.x86_target_reason(lut.partition_target()),
      lambda e: e.args[0]),
     ("quantize", lambda: is_op("qnn.quantize")(wildcard(), *constants(2)), checks.check_quantize, lambda e: e),
-    ("quantize", lambda: is_op("qnn.dequantize")(wildcard(), *constants(2)), checks.check_quantize, lambda e: e),
+    ("quantize", lambda: is_op("qnn.dequantize")(wildcard(), *constants(2)), _check_dequantize, lambda e: e),
     # last: a requantize after a conv or dense belongs to that kernel's epilogue
     ("requantize", requantize_pattern, checks.check_requantize_alone, lambda e: checks.epilogue_parts(e)["requantize"]),
 ]
