@@ -46,15 +46,17 @@ def conv_cases(cases: Cases, rng):
         y = relay.nn.bias_add(y, relay.const(np.asarray(bias, np.int32)), axis=3)
         cases.add(requantize(y, in_scale, zp, axis=3, rounding=rounding))
 
-    for zp in fc.PER_CHANNEL:
+    for zp in fc.PER_CHANNEL:  # (module size: each case once, per channel or per tensor)
         for rounding in ROUNDINGS:
-            conv(fc.per_channel_scales(zp), fc.per_channel_accs(zp, rounding), zp, rounding)
-            conv(fc.f32(fc.PER_TENSOR_SCALE), fc.PER_TENSOR[zp][rounding], zp, rounding)
+            if zp == -128:
+                conv(fc.per_channel_scales(zp), fc.per_channel_accs(zp, rounding), zp, rounding)
+            else:
+                conv(fc.f32(fc.PER_TENSOR_SCALE), fc.PER_TENSOR[zp][rounding], zp, rounding)
 
 
 def dense_cases(cases: Cases, rng):
     """qnn.dense with one input feature and unit weights: unit u accumulates bias[u] + x."""
-    for zp in fc.PER_CHANNEL:
+    for zp in (5,):
         for rounding in ROUNDINGS:
             bias = fc.per_channel_accs(zp, rounding)
             x = cases.var((256, 1), "int8", rng)
@@ -68,18 +70,17 @@ def dense_cases(cases: Cases, rng):
 def requantize_cases(cases: Cases, rng):
     """Boundary accumulators per channel (axis 1) and per tensor; int32 outputs of full-range
     accumulators with a ratio near 0.7, where (x*m + zp) + 0.5 and x*m + (zp + 0.5) differ."""
-    for zp in fc.PER_CHANNEL:
-        for rounding in ROUNDINGS:
-            accs = fc.per_channel_accs(zp, rounding)
-            x = cases.var((3, len(accs)), "int32", rng)
-            cases.inputs[x.name_hint] = accs + np.arange(-1, 2, dtype=np.int32)[:, None]
-            cases.add(requantize(x, fc.per_channel_scales(zp), zp, axis=1, rounding=rounding))
-            accs = np.asarray(fc.PER_TENSOR[zp][rounding], np.int32)
-            x = cases.var((1, len(accs)), "int32", rng)
-            cases.inputs[x.name_hint] = accs[None]
-            cases.add(requantize(x, fc.f32(fc.PER_TENSOR_SCALE), zp, rounding=rounding))
-            x = cases.var((2, 4096), "int32", rng)
-            cases.add(requantize(x, np.float32(0.0164706), zp, "int32", rounding=rounding, in_zp=7))
+    for rounding in ROUNDINGS:
+        accs = fc.per_channel_accs(5, rounding)
+        x = cases.var((3, len(accs)), "int32", rng)
+        cases.inputs[x.name_hint] = accs + np.arange(-1, 2, dtype=np.int32)[:, None]
+        cases.add(requantize(x, fc.per_channel_scales(5), 5, axis=1, rounding=rounding))
+        accs = np.asarray(fc.PER_TENSOR[-128][rounding], np.int32)
+        x = cases.var((1, len(accs)), "int32", rng)
+        cases.inputs[x.name_hint] = accs[None]
+        cases.add(requantize(x, fc.f32(fc.PER_TENSOR_SCALE), -128, rounding=rounding))
+        x = cases.var((2, 4096), "int32", rng)
+        cases.add(requantize(x, np.float32(0.0164706), 5, "int32", rounding=rounding, in_zp=7))
 
 
 def binary_cases(cases: Cases, rng):
