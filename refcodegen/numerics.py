@@ -27,7 +27,7 @@ MODES = {
     ("UPWARD", "int64-neon"): 6,  # see tvm_uses_neon_q31x4
 }
 
-DTYPE_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
+DTYPE_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-(2**15), 2**15 - 1), "int32": (-(2**31), 2**31 - 1)}
 
 
 def fixed_point_multiplier_shift(multiplier: float) -> tuple[int, int]:
@@ -143,61 +143,6 @@ def float_lowering(target) -> FloatLowering:
         fma = has("fma") or has("fma4") or (str(target.attrs.get("mtriple", "")).startswith("aarch64")
                                              and has("fp-armv8"))
         return FloatLowering(sse41=has("sse4.1"), fma=fma)
-
-
-# Ops TVM's FuseOps puts in one primitive function with the dequantize before them, passing its
-# values through unchanged, and the adds LLVM then fuses its multiply into (float_lowering).
-_PASS_THROUGH = ("reshape", "transpose", "expand_dims", "squeeze", "nn.batch_flatten", "strided_slice",
-                 "layout_transform", "concatenate", "broadcast_to")
-_ADDS = ("add", "subtract", "nn.bias_add")
-
-
-def dequantize_key(call) -> tuple:
-    """Identifies a dequantize across MergeComposite's rewrites (which rebuild the nodes after a match):
-    output type and qparams. Calls sharing a key share the verdict, which only keeps more in TVM."""
-    from tvm import relay
-
-    qparams = tuple(str(a.data.numpy().tolist()) if isinstance(a, relay.Constant) else "?" for a in call.args[1:])
-    return (str(call.checked_type), *qparams)
-
-
-def dequantize_into_add(body) -> set:
-    """dequantize_key of the qnn.dequantize calls of ``body`` whose float result reaches an add
-    (through ``_PASS_THROUGH``); ``body`` is type-checked."""
-    from tvm import relay
-
-    consumers: dict = {}
-
-    def visit(node):
-        if isinstance(node, relay.Call):
-            for arg in node.args:
-                consumers.setdefault(arg, []).append(node)
-        elif isinstance(node, relay.Tuple):
-            for field in node.fields:
-                consumers.setdefault(field, []).append(node)
-
-    relay.analysis.post_order_visit(body, visit)
-
-    def reaches_add(node) -> bool:
-        for user in consumers.get(node, []):
-            name = getattr(getattr(user, "op", None), "name", None)
-            if name in _ADDS or ((name in _PASS_THROUGH or isinstance(user, relay.Tuple)) and reaches_add(user)):
-                return True
-        return False
-
-    return {dequantize_key(node) for node in consumers if isinstance(node, relay.Call)
-            and getattr(node.op, "name", None) == "qnn.dequantize" and reaches_add(node)}
-
-
-def dequantize_fma_reason(target) -> str | None:
-    """Why a dequantize feeding a float add stays in TVM: on an FMA target TVM-only fuses its
-    multiply into that add (one rounding); unknown target: it may."""
-    import tvm
-
-    if target is not None and not float_lowering(tvm.target.Target(target)).fma:
-        return None
-    return ("its result feeds a float add, into which TVM-only fuses the scale multiply (one rounding) "
-            "on FMA targets" + ("" if target is not None else "; pass target= to offload it for a target without FMA"))
 
 
 @dataclass(frozen=True)

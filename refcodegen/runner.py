@@ -147,3 +147,20 @@ def onnxruntime_latency_ms(session, inputs: dict, number: int = 5, repeat: int =
 
 def max_abs_diff(a: list, b: list) -> float:
     return max(float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max(initial=0)) for x, y in zip(a, b))
+
+
+# A network's outputs must take many values, or a bit-exact comparison says little: random weights
+# with untouched batch-norm statistics can quantize a whole network to one constant output.
+MIN_DISTINCT = 16
+
+
+def degenerate(outputs: list, minimum: int = MIN_DISTINCT) -> str | None:
+    """Why ``outputs`` are degenerate (an output with fewer than ``minimum`` distinct values, or
+    half its size when smaller), or None."""
+    for i, out in enumerate(outputs):
+        want = min(minimum, (out.size + 1) // 2)
+        found = len(np.unique(out))
+        if found < want:
+            return (f"output {i} {out.dtype}{list(out.shape)} takes {found} distinct value(s) "
+                    f"(at least {want} expected): {np.unique(out)[:4]}")
+    return None

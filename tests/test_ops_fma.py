@@ -7,10 +7,7 @@ from tvm import relay
 
 import fma_cases as fc
 from conftest import random_int
-from models import module
-from refcodegen import offload_report, partition_for_refcg
-from refcodegen.partition import refcg_functions
-from test_ops_common import NUMERICS, Cases, compare, const
+from test_ops_common import NUMERICS, Cases, const
 
 # (target, requantize_config); conv/dense/requantize carry both roundings as attributes,
 # qnn.add/mul follow the config
@@ -141,20 +138,3 @@ def test_boundary_cases_separate_fused_and_unfused():
                 checked += 1
     assert checked == 2 * 16 + 20
 
-
-def test_dequantize_feeding_a_float_add_stays_in_tvm_on_fma_targets(tmp_path):
-    """TVM-only fuses dequantize's scale multiply into a float add that follows it (through a reshape)
-    on FMA targets: that dequantize stays in TVM (offloaded, sums differed in their low bits); one
-    feeding no add is offloaded; on a target without FMA both are."""
-    x = relay.var("x", shape=(1, 4096), dtype="int8")
-    into_add = relay.qnn.op.dequantize(x, const(np.float32(0.0123457)), const(3, "int32"))
-    bias = relay.const(np.random.default_rng(0).uniform(-1, 1, (64, 64)).astype("float32"))
-    y = relay.Tuple([relay.reinterpret(relay.add(relay.reshape(into_add, (64, 64)), bias), "int32"),
-                     relay.reinterpret(relay.qnn.op.dequantize(x, const(0.5), const(0, "int32")), "int32")])
-    mod = module([x], y)
-    partitioned = compare(mod, {"x": all_int8((1, 4096))}, tmp_path, "float32")
-    stayed = offload_report(partitioned).stayed_ops
-    assert stayed["qnn.dequantize"] == 1 and len(refcg_functions(partitioned)) == 1
-    reasons = str(offload_report(partition_for_refcg(mod, target="llvm -mcpu=skylake")))
-    assert "into which TVM-only fuses the scale multiply" in reasons, reasons
-    assert "qnn.dequantize" not in offload_report(partition_for_refcg(mod, target="llvm -mcpu=sandybridge")).stayed_ops
