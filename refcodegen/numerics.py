@@ -169,7 +169,7 @@ class Requantize:
 def float_form(rounding: str, output_zp: int, identity: bool, lowering: FloatLowering) -> dict:
     """The float expression TVM-only evaluates for RequantizeLowerFP (float32 and float64 alike).
 
-    With x = float(acc) - float(input_zp) and p = x * scale, TVM builds (requantize.cc L280-370)
+    With x = float(acc) - float(input_zp) and p = x * scale, TVM builds (requantize.cc L298-364)
     ``p + zp`` (zp != 0), then UPWARD ``floor(. + 0.5)``, TONEAREST ``round(.)``. Then:
     - SimplifyExpr (src/relay/backend/utils.cc GetPassPrefix, after Legalize and FoldConstant)
       rewrites ``(p + zp) + 0.5`` into ``p + fold(zp + 0.5)`` (SimplifyAdjacentMultiplyOrAdd,
