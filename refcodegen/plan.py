@@ -14,7 +14,7 @@ from tvm import relay
 
 from . import checks, lut, softmax
 from .errors import RefcgError
-from .numerics import (DTYPE_RANGE, Requantize, make_requantize, no_requantize, resolve_mode,
+from .numerics import (DTYPE_RANGE, Requantize, float_lowering, make_requantize, no_requantize, resolve_mode,
                        tvm_uses_neon_q31x4)
 from .packing import ConvFast, pack_conv2d_fast, pack_conv2d_weight, pack_gemm_weights
 
@@ -168,7 +168,7 @@ def _requantize_step(req, clip, target, neon: bool = False) -> Requantize:
     return make_requantize(
         checks.const_value(in_scale), checks.const_value(out_scale),
         int(checks.const_value(in_zp).reshape(-1)[0]), int(checks.const_value(out_zp)),
-        req.attrs.out_dtype, rounding, compute, clip_range,
+        req.attrs.out_dtype, rounding, compute, clip_range, float_lowering(target),
     )
 
 
@@ -223,18 +223,19 @@ def plan_binary(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer
     a, b = _operands(func, srcs, call.args[:2])
     # the canonical form's requantizes carry no rounding/compute attrs: config and target decide
     rounding, compute = resolve_mode("None", "None", target)
+    lowering = float_lowering(target)
     out_scale, out_zp = checks.const_value(out_scale), int(_scalar(out_zp))
     lo, hi = _out_range(dst.dtype, clip)
     op = checks.op_name(call)
     if op == "qnn.mul":
         product = np.float32(_scalar(lhs_scale)) * np.float32(_scalar(rhs_scale))  # float32, as mul.cc
-        rq_a = make_requantize(product, out_scale, 0, out_zp, dst.dtype, rounding, compute, (lo, hi))
+        rq_a = make_requantize(product, out_scale, 0, out_zp, dst.dtype, rounding, compute, (lo, hi), lowering)
         rq_b = rq_a
     else:
         rq_a = make_requantize(checks.const_value(lhs_scale), out_scale, int(_scalar(lhs_zp)), out_zp, "int32",
-                               rounding, compute)
+                               rounding, compute, None, lowering)
         rq_b = make_requantize(checks.const_value(rhs_scale), out_scale, int(_scalar(rhs_zp)), out_zp, "int32",
-                               rounding, compute)
+                               rounding, compute, None, lowering)
     params = {
         "op": {"qnn.add": "REFCG_BIN_ADD", "qnn.subtract": "REFCG_BIN_SUB", "qnn.mul": "REFCG_BIN_MUL"}[op],
         "ndim": len(dst.shape), "shape": list(dst.shape),
@@ -277,7 +278,7 @@ def plan_concatenate(name: str, func: relay.Function, srcs: list[Buffer], dst: B
     inputs = _operands(func, srcs, body.args[0].fields)
     for src, scale, zp in zip(inputs, scales.fields, zero_points.fields):
         rq = make_requantize(checks.const_value(scale), checks.const_value(out_scale), int(_scalar(zp)),
-                             int(_scalar(out_zp)), dst.dtype, rounding, compute)
+                             int(_scalar(out_zp)), dst.dtype, rounding, compute, None, float_lowering(target))
         parts.append(_requantize_part(src, axis, dst.shape[axis], offset, dst, rq))
         offset += src.shape[axis]
     return Kernel(name, srcs, dst, {"parts": parts}, "requantize.c.j2")
@@ -352,7 +353,7 @@ def plan_softmax(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffe
     axis = int(call.attrs.axis) % len(shape)
     rounding, compute = resolve_mode("None", "None", target)  # its Requantize carries no attrs
     rq = make_requantize(np.float32(1.0 / 128), checks.const_value(out_scale), 0, int(_scalar(out_zp)), "int8",
-                         rounding, compute)
+                         rounding, compute, None, float_lowering(target))
     params = {
         "outer": int(np.prod(shape[:axis], dtype=np.int64)), "axis": shape[axis],
         "inner": int(np.prod(shape[axis + 1:], dtype=np.int64)),
