@@ -22,6 +22,7 @@ CDEF = """
 typedef struct {
   int32_t mode, per_channel, identity, input_zp, output_zp, out_min, out_max;
   const int32_t* multiplier; const int32_t* shift; const float* scale_f32; const double* scale_f64;
+  int32_t fused, round_emulated; float addend_f32, post_f32; double addend_f64, post_f64;
 } refcg_requant;
 typedef struct {
   int32_t batch, in_h, in_w, in_c, out_h, out_w, out_c, kernel_h, kernel_w;
@@ -115,6 +116,8 @@ class Core:
         s.shift = self.ptr(np.array(rq.shifts, np.int32), "int32_t*")
         s.scale_f32 = self.ptr(np.array(rq.scales_f32, np.float32), "float*")
         s.scale_f64 = self.ptr(np.array(rq.scales_f64, np.float64), "double*")
+        s.fused, s.round_emulated = int(rq.fused), int(rq.round_emulated)
+        s.addend_f32, s.post_f32 = s.addend_f64, s.post_f64 = rq.addend, rq.post
         self._keep.append(s)
         return s
 

@@ -23,9 +23,13 @@ from tvm.target import codegen
 from .errors import RefcgError
 
 
-# LLVM features that only tune code generation: a host without them still runs the code
-_TUNING_PREFIXES = ("false-deps-", "fast-", "faster-", "slow-", "tuning-", "prefer-", "no-bypass-", "idiv", "lea-",
-                    "branchfusion", "macrofusion", "sbb-dep-breaking", "allow-light-", "use-")
+# LLVM features naming instruction-set extensions that generated code may use (x86, aarch64): the
+# only ones a host must have to run the table's code. The rest tune code generation (fast-*, slow-*)
+# or name system instructions no kernel emits (ermsb, invpcid, fsgsbase, rdrnd, xsave, sgx...).
+_ISA_PREFIXES = ("sse", "ssse3", "avx", "fma", "f16c", "xop", "amx-", "bmi", "lzcnt", "popcnt", "movbe", "adx", "aes",
+                 "vaes", "pclmul", "vpclmulqdq", "gfni", "sha", "cmov", "cx8", "cx16", "sahf", "mmx", "x87", "crc32",
+                 "evex512", "neon", "fp-armv8", "dotprod", "fullfp16", "fp16fml", "sve", "sme", "i8mm", "bf16",
+                 "f32mm", "f64mm", "lse", "rcpc", "crc", "sm4", "crypto")
 
 
 @lru_cache(maxsize=None)
@@ -45,7 +49,7 @@ def _cannot_run(target_str: str) -> str | None:
     host_arch = codegen.llvm_get_system_triple().split("-")[0]
     if triple and triple.split("-")[0] != host_arch:
         return f"target triple {triple} does not run on this {host_arch} host"
-    missing = {f for f in codegen.llvm_get_cpu_features(target) if not f.startswith(_TUNING_PREFIXES)}
+    missing = {f for f in codegen.llvm_get_cpu_features(target) if f.startswith(_ISA_PREFIXES)}
     missing -= _host_features()
     if missing:
         return f"target needs CPU features this host lacks ({', '.join(sorted(missing)[:4])})"

@@ -4,7 +4,8 @@ TVM picks the lowering at canonicalization time from the op's ``rounding`` and
 ``compute_dtype`` attributes, else the active ``relay.qnn.op.requantize_config``,
 else defaults (UPWARD; float32 on llvm targets with sse4.1, int64 otherwise).
 This module resolves the same choice and precomputes the constants the C core
-needs (Q31 multipliers and shifts, or float scales).
+needs (Q31 multipliers and shifts, or float scales, and the float expression's
+shape: ``float_lowering`` and ``make_requantize``).
 """
 from __future__ import annotations
 
@@ -142,6 +143,41 @@ def resolve_mode(rounding_attr: str, compute_attr: str, target, neon_q31x4: bool
 
 
 @dataclass(frozen=True)
+class FloatLowering:
+    """What decides the float expression TVM-only's LLVM code evaluates for RequantizeLowerFP.
+
+    ``sse41``: TVM emits Floor/Round (src/relay/qnn/op/requantize.cc L136-176,
+    has_current_target_sse41_support), else cast/compare/where emulations of them.
+    ``fma``: the target has fused multiply-add, so LLVM contracts a float multiply and the add
+    consuming it into one rounding: TVM sets ``AllowFPOpFusion = FPOpFusion::Fast`` for every
+    llvm target (src/target/llvm/llvm_instance.cc L288), which lets LLVM's DAGCombiner form
+    fma(a, b, c) from fadd(fmul(a, b), c) without fast-math flags.
+    """
+
+    sse41: bool
+    fma: bool
+
+
+SSE41_NO_FMA = FloatLowering(sse41=True, fma=False)
+
+
+def float_lowering(target) -> FloatLowering:
+    """FloatLowering of ``target`` (None: an sse4.1 target without FMA)."""
+    if target is None or str(target.kind) != "llvm":
+        return SSE41_NO_FMA
+    from tvm.target.x86 import target_has_features
+
+    with target:
+        def has(feature):
+            return bool(target_has_features(feature, target))
+
+        # x86: FMA3 (haswell, znver1 and later -mcpu values) or AMD FMA4; aarch64: every FP unit
+        fma = has("fma") or has("fma4") or (str(target.attrs.get("mtriple", "")).startswith("aarch64")
+                                             and has("fp-armv8"))
+        return FloatLowering(sse41=has("sse4.1"), fma=fma)
+
+
+@dataclass(frozen=True)
 class Requantize:
     """Everything the C ``refcg_requant`` struct holds, as plain Python values."""
 
@@ -156,12 +192,53 @@ class Requantize:
     shifts: tuple[int, ...]
     scales_f32: tuple[float, ...]
     scales_f64: tuple[float, ...]
+    fused: bool = False  # float modes: fma(x, scale, addend), else x * scale + addend
+    round_emulated: bool = False  # float TONEAREST: trunc(f +- 0.5), TVM's non-sse4.1 Tonearest
+    addend: float = 0.0  # the add after the product: zp, zp + 0.5 (folded) or 0.5 (float_form)
+    post: float = 0.0  # added after that: 0.5 when UPWARD's half stays a separate add
+
+
+def float_form(rounding: str, output_zp: int, identity: bool, lowering: FloatLowering) -> dict:
+    """The float expression TVM-only evaluates for RequantizeLowerFP (float32 and float64 alike).
+
+    With x = float(acc) - float(input_zp) and p = x * scale, TVM builds (requantize.cc L298-364)
+    ``p + zp`` (zp != 0), then UPWARD ``floor(. + 0.5)``, TONEAREST ``round(.)``. Then:
+    - SimplifyExpr (src/relay/backend/utils.cc GetPassPrefix, after Legalize and FoldConstant)
+      rewrites ``(p + zp) + 0.5`` into ``p + fold(zp + 0.5)`` (SimplifyAdjacentMultiplyOrAdd,
+      src/relay/transforms/simplify_expr.cc L885-916) when ``p + zp`` has no other use: with
+      sse4.1 (Floor). The non-sse4.1 Upward also reads ``p + zp`` in isfinite/where, and the
+      rewrite leaves that chain alone (measured: the optimized Relay keeps both adds).
+    - LLVM fuses the multiply into the add that consumes it when the target has FMA (FloatLowering):
+      the add of zp + 0.5 (UPWARD, sse4.1), of zp (zp != 0), or of 0.5 (UPWARD without sse4.1,
+      zp == 0). TONEAREST with zp == 0 has no add after the product: nothing to fuse.
+    - Without sse4.1, TONEAREST is trunc(f + copysign(0.5, f)) (the where/multiply emulation).
+    Measured against TVM-only builds for skylake, haswell, sandybridge, corei7 and llvm
+    (tests/test_ops_fma.py). aarch64 (FMA without sse4.1) is read from TVM's aarch64 assembly, not
+    run: fmla for x*m + zp, and for x*m + 0.5 even though isfinite/where read x*m too (LLVM keeps
+    a separate fmul for them); the core's arithmetic for it is run under qemu (test_core_arm.py).
+    """
+    upward = rounding == "UPWARD"
+    if upward and lowering.sse41:
+        addend, post = output_zp + 0.5, 0.0  # folded; exact in float32 for any zero point
+    elif upward:
+        addend, post = (output_zp, 0.5) if output_zp != 0 else (0.5, 0.0)
+    else:
+        addend, post = output_zp, 0.0
+    return {
+        "fused": lowering.fma and not identity and (upward or output_zp != 0),
+        "round_emulated": not upward and not lowering.sse41,
+        "addend": float(addend),
+        "post": post,
+    }
 
 
 def make_requantize(input_scale: np.ndarray, output_scale: np.ndarray, input_zp: int,
                     output_zp: int, out_dtype: str, rounding: str, compute_dtype: str,
-                    clip: tuple[float, float] | None = None) -> Requantize:
-    """Constants for one requantize; ``input_scale`` is a scalar or per-channel float32 array."""
+                    clip: tuple[float, float] | None = None,
+                    lowering: FloatLowering = SSE41_NO_FMA) -> Requantize:
+    """Constants for one requantize; ``input_scale`` is a scalar or per-channel float32 array.
+
+    ``lowering``: ``float_lowering`` of the build target (float compute dtypes only)."""
     in_scale = np.asarray(input_scale, dtype="float32")
     out_scale = np.float64(np.asarray(output_scale, dtype="float32"))
     ratios = [float(np.float64(s) / out_scale) for s in in_scale.reshape(-1)]
@@ -185,6 +262,7 @@ def make_requantize(input_scale: np.ndarray, output_scale: np.ndarray, input_zp:
         shifts=tuple(s for _, s in fixed),
         scales_f32=tuple(float(np.float32(r)) for r in ratios),
         scales_f64=tuple(ratios),
+        **float_form(rounding, int(output_zp), identity, lowering),
     )
 
 

@@ -50,8 +50,10 @@ def partition_for_refcg(mod, params=None, *, target=None, fold_batch_norm: bool 
 
     Returns
     -------
-    tvm.IRModule with ``Compiler="refcg"`` functions; ``offload_report(mod)`` explains it.
+    A new tvm.IRModule with ``Compiler="refcg"`` functions; ``offload_report(mod)`` explains it.
+    ``mod`` itself is left as it was (callers build it TVM-only as the reference).
     """
+    mod = mod.clone()  # binding params and tagging targets below replace functions in place
     if params:
         mod["main"] = bind_params_by_name(mod["main"], params)
     REJECTIONS.clear()

@@ -15,7 +15,8 @@ from tvm import relay
 from . import checks, lut, softmax
 from .armfuse import FusionContext
 from .errors import RefcgError
-from .numerics import DTYPE_RANGE, Requantize, is_arm_cpu_aarch64, make_requantize, no_requantize, resolve_mode
+from .numerics import (DTYPE_RANGE, Requantize, float_lowering, is_arm_cpu_aarch64, make_requantize, no_requantize,
+                       resolve_mode)
 from .packing import ConvFast, pack_conv2d_fast, pack_conv2d_weight, pack_gemm_weights
 
 DTYPE_CODE = {"int8": "REFCG_S8", "uint8": "REFCG_U8", "int16": "REFCG_S16", "int32": "REFCG_S32"}
@@ -180,7 +181,7 @@ def _requantize_step(req, clip, target, ask=None) -> Requantize:
     return make_requantize(
         checks.const_value(in_scale), checks.const_value(out_scale),
         int(checks.const_value(in_zp).reshape(-1)[0]), int(checks.const_value(out_zp)),
-        req.attrs.out_dtype, rounding, compute, clip_range,
+        req.attrs.out_dtype, rounding, compute, clip_range, float_lowering(target),
     )
 
 
@@ -239,6 +240,7 @@ def plan_binary(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer
     a, b = _operands(func, srcs, call.args[:2])
     # the canonical form's requantizes carry no rounding/compute attrs: config and target decide
     rounding, compute = resolve_mode("None", "None", target)
+    lowering = float_lowering(target)
     out_scale, out_zp = checks.const_value(out_scale), int(_scalar(out_zp))
     lo, hi = _out_range(dst.dtype, clip)
     op = checks.op_name(call)
@@ -251,14 +253,14 @@ def plan_binary(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer
 
     if op == "qnn.mul":
         product = np.float32(_scalar(lhs_scale)) * np.float32(_scalar(rhs_scale))  # float32, as mul.cc
-        rq_a = make_requantize(product, out_scale, 0, out_zp, dst.dtype, rounding, mode(product), (lo, hi))
+        rq_a = make_requantize(product, out_scale, 0, out_zp, dst.dtype, rounding, mode(product), (lo, hi), lowering)
         rq_b = rq_a
     else:
         lhs, rhs = call.args[:2]
         rq_a = make_requantize(checks.const_value(lhs_scale), out_scale, int(_scalar(lhs_zp)), out_zp, "int32",
-                               rounding, mode(checks.const_value(lhs_scale), lhs))
+                               rounding, mode(checks.const_value(lhs_scale), lhs), None, lowering)
         rq_b = make_requantize(checks.const_value(rhs_scale), out_scale, int(_scalar(rhs_zp)), out_zp, "int32",
-                               rounding, mode(checks.const_value(rhs_scale), rhs))
+                               rounding, mode(checks.const_value(rhs_scale), rhs), None, lowering)
     params = {
         "op": {"qnn.add": "REFCG_BIN_ADD", "qnn.subtract": "REFCG_BIN_SUB", "qnn.mul": "REFCG_BIN_MUL"}[op],
         "ndim": len(dst.shape), "shape": list(dst.shape),
@@ -303,7 +305,8 @@ def plan_concatenate(name: str, func: relay.Function, srcs: list[Buffer], dst: B
         question = (lambda index=index: ask(index)) if ask and index is not None else None
         neon = _q31x4(rounding, compute, checks.const_value(scale), checks.const_value(out_scale), question)
         rq = make_requantize(checks.const_value(scale), checks.const_value(out_scale), int(_scalar(zp)),
-                             int(_scalar(out_zp)), dst.dtype, rounding, "int64-neon" if neon else compute)
+                             int(_scalar(out_zp)), dst.dtype, rounding, "int64-neon" if neon else compute, None,
+                             float_lowering(target))
         parts.append(_requantize_part(src, axis, dst.shape[axis], offset, dst, rq))
         offset += src.shape[axis]
     return Kernel(name, srcs, dst, {"parts": parts}, "requantize.c.j2")
@@ -378,7 +381,7 @@ def plan_softmax(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffe
     axis = int(call.attrs.axis) % len(shape)
     rounding, compute = resolve_mode("None", "None", target)  # its Requantize carries no attrs
     rq = make_requantize(np.float32(1.0 / 128), checks.const_value(out_scale), 0, int(_scalar(out_zp)), "int8",
-                         rounding, compute)
+                         rounding, compute, None, float_lowering(target))
     params = {
         "outer": int(np.prod(shape[:axis], dtype=np.int64)), "axis": shape[axis],
         "inner": int(np.prod(shape[axis + 1:], dtype=np.int64)),

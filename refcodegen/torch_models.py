@@ -12,8 +12,9 @@ Needs the ``torch`` extra.
 torchvision (for its quantizable networks) comes through ``import_torchvision()``: the PyPI
 torchvision 0.28.0 wheel is built against the CUDA torch, so with the CPU torch its C operators
 (detection ops, which the networks do not use) do not load and its import fails unless their
-schemas exist. With the CUDA torch, import torchvision before tvm: its CUDA libraries carry an
-LLVM of their own, and the other order aborts ("Option ... registered more than once").
+schemas exist. With the CUDA torch it imports as it is, before or after tvm, once refcodegen is
+imported: torchvision imports triton (through torch._dynamo), whose LLVM crashes the process when
+loaded after TVM's, and ``import refcodegen`` keeps triton from loading (``__init__.py``).
 """
 from __future__ import annotations
 
@@ -86,21 +87,50 @@ def _modules():
     return MobileNetV2Style
 
 
+def quantize_eager(net, engine: str = "fbgemm", calibration: int = 8, shape=INPUT_SHAPE):
+    """Eager-mode post-training static quantization of a fused float ``net`` (in place; returned),
+    calibrated on ``calibration`` random inputs from torch's global generator."""
+    import torch
+    import torch.ao.quantization as tq
+
+    torch.backends.quantized.engine = engine
+    net.eval()
+    net.qconfig = tq.get_default_qconfig(engine)
+    tq.prepare(net, inplace=True)
+    with torch.no_grad():
+        for _ in range(calibration):
+            net(torch.randn(shape))
+    return tq.convert(net, inplace=True)
+
+
+def recalibrate_batch_norm(net, batches: int = 4, shape=INPUT_SHAPE, seed: int = 0):
+    """Batch-norm running statistics measured on random data (in place; returned in eval mode).
+
+    With random weights and the initial statistics (mean 0, variance 1) activations shrink layer
+    after layer: torchvision's MobileNetV2 then quantizes to one constant output, and a bit-exact
+    comparison of it proves nothing. Measured statistics keep every layer's output spread."""
+    import torch
+
+    for module in net.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.reset_running_stats()
+            module.momentum = None  # a plain average over the batches
+    generator = torch.Generator().manual_seed(seed)
+    net.train()
+    with torch.no_grad():
+        for _ in range(batches):
+            net(torch.randn((4, *shape[1:]), generator=generator))
+    return net.eval()
+
+
 def mobilenet_v2_traced(seed: int = 0, engine: str = "fbgemm", calibration: int = 8):
     """(traced quantized ScriptModule, example input) for ``relay.frontend.from_pytorch``."""
     import torch
     import torch.ao.quantization as tq
 
     torch.manual_seed(seed)
-    torch.backends.quantized.engine = engine
     net = _modules()().eval()
-    net = tq.fuse_modules(net, net.fuse)
-    net.qconfig = tq.get_default_qconfig(engine)
-    tq.prepare(net, inplace=True)
-    with torch.no_grad():
-        for _ in range(calibration):
-            net(torch.randn(INPUT_SHAPE))
-    tq.convert(net, inplace=True)
+    net = quantize_eager(tq.fuse_modules(net, net.fuse), engine, calibration)
     example = torch.randn(INPUT_SHAPE)
     with torch.no_grad():
         return torch.jit.trace(net, example), example

@@ -52,7 +52,7 @@ static inline int32_t refcg_clamp(int32_t v, int32_t lo, int32_t hi) {
 enum {
   REFCG_RQ_INT64_UPWARD = 0,    /* fixed_point_multiply: (x*M + 2^(t-1)) >> t */
   REFCG_RQ_INT64_TONEAREST = 1, /* same, rounding half away from zero */
-  REFCG_RQ_FLOAT32_UPWARD = 2,  /* floor(x*s + zp + 0.5) in float32 */
+  REFCG_RQ_FLOAT32_UPWARD = 2,  /* floor(x*s + addend + post) in float32 (see refcg_requant) */
   REFCG_RQ_FLOAT32_TONEAREST = 3,
   REFCG_RQ_FLOAT64_UPWARD = 4,
   REFCG_RQ_FLOAT64_TONEAREST = 5,
@@ -72,6 +72,13 @@ typedef struct {
   const int32_t* shift;      /* exponent: >0 left shift, <0 right shift */
   const float* scale_f32;    /* float32 modes */
   const double* scale_f64;   /* float64 modes */
+  /* Float modes, as TVM-only's code for the build target evaluates them (numerics.float_form):
+   * f = x*s + addend, rounded once (fused: an FMA target) or twice; f += post; then
+   * floor (UPWARD), round half away (TONEAREST) or trunc(f + copysign(0.5, f)) (round_emulated). */
+  int32_t fused;
+  int32_t round_emulated;
+  float addend_f32, post_f32;
+  double addend_f64, post_f64;
 } refcg_requant;
 
 /* 2-D convolution over one batch of a 4-D tensor addressed by element strides,

@@ -41,7 +41,7 @@ REFCG_INLINE float refcg_load_f32(const uint8_t* p) {
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2")
+#pragma GCC target("avx2,fma")
 #endif
 
 /* Arithmetic 64-bit right shift by per-lane counts (AVX2 has only the logical one). */
@@ -95,18 +95,24 @@ REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, c
     if (!rq->identity) v = refcg_fpm_avx2(v, r->m, r->s);
     v = _mm256_add_epi32(v, _mm256_set1_epi32(rq->output_zp));
   } else {
-    /* separate multiply and add (no FMA), as TVM computes it */
+    /* the expression of refcg_requantize_one: fused or separate multiply and add */
+    const __m256 addend = _mm256_set1_ps(rq->addend_f32), sign = _mm256_set1_ps(-0.0f);
     __m256 f = _mm256_sub_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps((float)rq->input_zp));
-    if (!rq->identity) f = _mm256_mul_ps(f, r->f);
-    f = _mm256_add_ps(f, _mm256_set1_ps((float)rq->output_zp));
+    if (rq->identity)
+      f = _mm256_add_ps(f, addend);
+    else if (rq->fused)
+      f = _mm256_fmadd_ps(f, r->f, addend);
+    else
+      f = _mm256_add_ps(_mm256_mul_ps(f, r->f), addend);
+    f = _mm256_add_ps(f, _mm256_set1_ps(rq->post_f32));
     if (rq->mode == REFCG_RQ_FLOAT32_UPWARD) {
-      f = _mm256_floor_ps(_mm256_add_ps(f, _mm256_set1_ps(0.5f)));
+      f = _mm256_floor_ps(f);
+    } else if (rq->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */
+      f = _mm256_add_ps(f, _mm256_or_ps(_mm256_and_ps(f, sign), _mm256_set1_ps(0.5f)));
     } else { /* roundf: half away from zero; f - trunc(f) is exact */
       const __m256 t = _mm256_round_ps(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      const __m256 sign = _mm256_and_ps(f, _mm256_set1_ps(-0.0f));
-      const __m256 half = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(f, t)),
-                                        _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-      f = _mm256_add_ps(t, _mm256_and_ps(half, _mm256_or_ps(_mm256_set1_ps(1.0f), sign)));
+      const __m256 half = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(f, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+      f = _mm256_add_ps(t, _mm256_and_ps(half, _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(f, sign))));
     }
     v = _mm256_cvttps_epi32(f); /* out of range -> INT32_MIN, like cvttss2si */
   }
@@ -486,10 +492,10 @@ static void refcg_bin_avx2(const void* ctx, int64_t r0, int64_t r1) {
 
 /* ================= AVX-VNNI: vpdpbusd on ymm, 6 rows x 16 channels ================= */
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,avxvnni"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,avxvnni"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,avxvnni")
+#pragma GCC target("avx2,fma,avxvnni")
 #endif
 
 REFCG_INLINE void refcg_tile_avxvnni(const refcg_gemm_job* j, int32_t i0, int32_t nb,
@@ -561,10 +567,10 @@ static void refcg_dwp_avxvnni(const void* ctx, int64_t c0, int64_t c1) {
  * (even lanes, and odd lanes moved down), right shift t = 31 - shift split the same way with
  * the rounding 2^(t-1) (int64 mode), or the float32 scale; zero points and clamp range. */
 typedef struct {
-  int32_t mode, identity;
+  int32_t mode, identity, fused, round_emulated;
   __m512i izp, ozp, lo, hi;
   __m512i m_e, m_o, t_e, t_o, r_e, r_o;
-  __m512 fizp, fozp, f;
+  __m512 fizp, fadd, fpost, f;
 } refcg_rqv_avx512;
 
 /* Lanes are channels c + l (lanes = 1, masked) or all channel c (lanes = 0). */
@@ -578,8 +584,11 @@ REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load_avx512(const refcg_requant* rq, int
   r.ozp = _mm512_set1_epi32(rq->output_zp);
   r.lo = _mm512_set1_epi32(rq->out_min);
   r.hi = _mm512_set1_epi32(rq->out_max);
+  r.fused = rq->fused;
+  r.round_emulated = rq->round_emulated;
   r.fizp = _mm512_set1_ps((float)rq->input_zp);
-  r.fozp = _mm512_set1_ps((float)rq->output_zp);
+  r.fadd = _mm512_set1_ps(rq->addend_f32);
+  r.fpost = _mm512_set1_ps(rq->post_f32);
   c = rq->per_channel ? c : 0;
   lanes = lanes && rq->per_channel;
   if (rq->identity) return r;
@@ -611,17 +620,27 @@ REFCG_INLINE __m512i refcg_rq_apply_avx512(const refcg_rqv_avx512* r, __m512i ac
     }
     v = _mm512_add_epi32(v, r->ozp);
   } else {
-    /* explicit-rounding forms: never contracted into an FMA */
+    /* refcg_requantize_one's expression; explicit-rounding forms are never contracted into an FMA */
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
     __m512 f = _mm512_sub_round_ps(_mm512_cvtepi32_ps(acc), r->fizp, _MM_FROUND_CUR_DIRECTION);
-    if (!r->identity) f = _mm512_mul_round_ps(f, r->f, _MM_FROUND_CUR_DIRECTION);
-    f = _mm512_add_round_ps(f, r->fozp, _MM_FROUND_CUR_DIRECTION);
+    if (r->identity)
+      f = _mm512_add_round_ps(f, r->fadd, _MM_FROUND_CUR_DIRECTION);
+    else if (r->fused)
+      f = _mm512_fmadd_ps(f, r->f, r->fadd);
+    else
+      f = _mm512_add_round_ps(_mm512_mul_round_ps(f, r->f, _MM_FROUND_CUR_DIRECTION), r->fadd, _MM_FROUND_CUR_DIRECTION);
+    f = _mm512_add_round_ps(f, r->fpost, _MM_FROUND_CUR_DIRECTION);
     if (r->mode == REFCG_RQ_FLOAT32_UPWARD) {
-      f = _mm512_roundscale_ps(_mm512_add_round_ps(f, _mm512_set1_ps(0.5f), _MM_FROUND_CUR_DIRECTION), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+      f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    } else if (r->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */
+      const __m512 half = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(0.5f)),
+          _mm512_and_si512(_mm512_castps_si512(f), sign)));
+      f = _mm512_add_round_ps(f, half, _MM_FROUND_CUR_DIRECTION);
     } else {
       const __m512 t = _mm512_roundscale_ps(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
       const __mmask16 half = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_round_ps(f, t, _MM_FROUND_CUR_DIRECTION)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
       const __m512 step = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(1.0f)),
-          _mm512_and_si512(_mm512_castps_si512(f), _mm512_set1_epi32((int)0x80000000u))));
+          _mm512_and_si512(_mm512_castps_si512(f), sign)));
       f = _mm512_mask_add_round_ps(t, half, t, step, _MM_FROUND_CUR_DIRECTION);
     }
     v = _mm512_cvttps_epi32(f);
@@ -969,7 +988,8 @@ static void refcg_bin_avx512(const void* ctx, int64_t r0, int64_t r1) {
 #pragma GCC pop_options
 #endif
 
-REFCG_INLINE int refcg_cpu_avx2(void) { return __builtin_cpu_supports("avx2"); }
+/* The AVX2 and AVX-VNNI sections use FMA (the float requantize of FMA targets): every AVX2 CPU has it. */
+REFCG_INLINE int refcg_cpu_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 REFCG_INLINE int refcg_cpu_avxvnni(void) { return refcg_cpu_avx2() && __builtin_cpu_supports("avxvnni"); }
 REFCG_INLINE int refcg_cpu_avx512vnni(void) {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

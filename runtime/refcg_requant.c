@@ -85,17 +85,37 @@ REFCG_API int32_t refcg_requantize_one(const refcg_requant* rq, int32_t acc, int
     case REFCG_RQ_FLOAT32_UPWARD:
     case REFCG_RQ_FLOAT32_TONEAREST: {
       float f = (float)acc - (float)rq->input_zp;
-      if (!rq->identity) f = f * rq->scale_f32[c];
-      f = f + (float)rq->output_zp;
-      f = rq->mode == REFCG_RQ_FLOAT32_UPWARD ? floorf(f + 0.5f) : roundf(f);
+      if (rq->identity)
+        f = f + rq->addend_f32;
+      else if (rq->fused)
+        f = fmaf(f, rq->scale_f32[c], rq->addend_f32); /* correctly rounded on any host */
+      else
+        f = f * rq->scale_f32[c] + rq->addend_f32; /* two roundings: fp-contract is off */
+      f = f + rq->post_f32;
+      if (rq->mode == REFCG_RQ_FLOAT32_UPWARD)
+        f = floorf(f);
+      else if (rq->round_emulated)
+        f = f + copysignf(0.5f, f); /* the conversion truncates */
+      else
+        f = roundf(f);
       v = refcg_f32_to_i32(f);
       break;
     }
     default: {
       double f = (double)acc - (double)rq->input_zp;
-      if (!rq->identity) f = f * rq->scale_f64[c];
-      f = f + (double)rq->output_zp;
-      f = rq->mode == REFCG_RQ_FLOAT64_UPWARD ? floor(f + 0.5) : round(f);
+      if (rq->identity)
+        f = f + rq->addend_f64;
+      else if (rq->fused)
+        f = fma(f, rq->scale_f64[c], rq->addend_f64);
+      else
+        f = f * rq->scale_f64[c] + rq->addend_f64;
+      f = f + rq->post_f64;
+      if (rq->mode == REFCG_RQ_FLOAT64_UPWARD)
+        f = floor(f);
+      else if (rq->round_emulated)
+        f = f + copysign(0.5, f);
+      else
+        f = round(f);
       v = refcg_f64_to_i32(f);
       break;
     }

@@ -11,8 +11,9 @@ import pytest
 
 from refcodegen.core_cffi import DTYPE_CODE, Conv2D, Core, Dense
 from refcodegen.emit import bundled_core, c_ints
-from refcodegen.numerics import make_requantize
+from refcodegen.numerics import FloatLowering, make_requantize
 
+import fma_cases as fc
 from test_core_kernels import full_range
 
 CROSS = shutil.which("aarch64-linux-gnu-gcc")
@@ -30,7 +31,8 @@ def emit_requant(name: str, rq) -> str:
             + f"static const float {name}_f[] = {{ {', '.join(repr(float(v)) + 'f' for v in rq.scales_f32)} }};\n"
             + f"static const double {name}_d[] = {{ {', '.join(repr(float(v)) for v in rq.scales_f64)} }};\n"
             + f"static const refcg_requant {name} = {{ {rq.mode}, {int(rq.per_channel)}, {int(rq.identity)}, "
-            f"{rq.input_zp}, {rq.output_zp}, {rq.out_min}, {rq.out_max}, {name}_m, {name}_s, {name}_f, {name}_d }};\n")
+            f"{rq.input_zp}, {rq.output_zp}, {rq.out_min}, {rq.out_max}, {name}_m, {name}_s, {name}_f, {name}_d, "
+            f"{int(rq.fused)}, {int(rq.round_emulated)}, {rq.addend!r}f, {rq.post!r}f, {rq.addend!r}, {rq.post!r} }};\n")
 
 
 def emit_conv(i: int, conv: Conv2D, x, rq, bias, want) -> str:
@@ -88,6 +90,16 @@ def arm_binary(tmp_path_factory):
                       groups=groups, in_dtype=dtype, input_zp=izp, bias=bias, requant=rq)
         convs.append(emit_conv(i, conv, x, rq, bias, conv.run(x, fast=False)))
         checks.append(f"  bad += check(\"conv{i}\", refcg_conv2d(&p{i}, &k{i}, &f{i}, x{i}, out), want{i}, sizeof(want{i}));")
+    # float32 rounding boundaries (tests/fma_cases.py) fused, with TVM's non-sse4.1 rounding, as aarch64 builds
+    x = np.arange(-128, 128, dtype=np.int8).reshape(1, 16, 16, 1)
+    for i, rounding in enumerate(("UPWARD", "TONEAREST"), len(shapes)):
+        bias = fc.per_channel_accs(-128, rounding)
+        rq = make_requantize(fc.per_channel_scales(-128), fc.f32(fc.S_OUT), 0, -128, "int8", rounding, "float32",
+                             lowering=FloatLowering(sse41=False, fma=True))
+        conv = Conv2D(core, in_shape=x.shape, layout="NHWC", weight_ohwi=np.ones((len(bias), 1, 1, 1), np.int8),
+                      bias=bias, requant=rq)
+        convs.append(emit_conv(i, conv, x, rq, bias, conv.run(x, fast=False)))
+        checks.append(f"  bad += check(\"conv{i}\", refcg_conv2d(&p{i}, &k{i}, &f{i}, x{i}, out), want{i}, sizeof(want{i}));")
     x = full_range(rng, (5, 300), "int8")
     weight = full_range(rng, (70, 300), "int8")
     rq = make_requantize(rng.uniform(1e-4, 2e-4, 70).astype("float32"), np.float32(1.0), 0, 1, "int8", "UPWARD", "float32")
@@ -123,7 +135,7 @@ int main(void) {
     work = tmp_path_factory.mktemp("arm")
     (work / "core_arm.c").write_text(program)
     exe = work / "core_arm"
-    subprocess.run([CROSS, "-O2", "-static", "-Wall", "-Wextra", "-Werror",
+    subprocess.run([CROSS, "-O2", "-ffp-contract=off", "-static", "-Wall", "-Wextra", "-Werror",  # as the prelude
                     str(work / "core_arm.c"), "-o", str(exe), "-lm"], check=True, capture_output=True)
     return exe
 

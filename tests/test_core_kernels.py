@@ -1,5 +1,6 @@
 """The accelerated C core through cffi: every variant this host runs against the scalar
 reference (bit-exact, all requantize modes, full-range data) and the reference against numpy."""
+import itertools
 import os
 import zlib
 
@@ -7,7 +8,12 @@ import numpy as np
 import pytest
 
 from refcodegen.core_cffi import Conv2D, Core, Dense
-from refcodegen.numerics import MODES, make_requantize, no_requantize
+import fma_cases as fc
+from refcodegen.numerics import MODES, FloatLowering, make_requantize, no_requantize
+
+# every float expression form (numerics.float_form); float modes take them in turn on random data
+LOWERINGS = [FloatLowering(sse41, fma) for sse41 in (True, False) for fma in (True, False)]
+FMA, NO_FMA = FloatLowering(True, True), FloatLowering(True, False)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +100,8 @@ def test_conv_variants_bit_exact(core, variant_env, shape, layout, in_dtype):
         per_channel = index % 2 == 0
         spread = 60.0 / (float(want.std()) + 1.0)  # outputs spread over ~+-100 before clamping
         scale = np.asarray(rng.uniform(0.5 * spread, 1.5 * spread, out_c if per_channel else None), "float32")
-        cases.append(("int8", make_requantize(scale, np.float32(1.0), 0, -5, "int8", rounding, compute)))
+        cases.append(("int8", make_requantize(scale, np.float32(1.0), 0, -5, "int8", rounding, compute,
+                                              lowering=LOWERINGS[index % 4])))
     cases.append(("uint8", make_requantize(np.float32(spread), np.float32(1.0), 0, 100, "uint8", "UPWARD", "int64",
                                            (20.0, 240.0))))
     for out_dtype, rq in cases:
@@ -120,7 +127,8 @@ def requant_cases(rng, want, out_c):
     for index, (rounding, compute) in enumerate(MODES):
         per_channel = index % 2 == 0
         scale = np.asarray(rng.uniform(0.5 * spread, 1.5 * spread, out_c if per_channel else None), "float32")
-        cases.append(("int8", make_requantize(scale, np.float32(1.0), 0, -5, "int8", rounding, compute)))
+        cases.append(("int8", make_requantize(scale, np.float32(1.0), 0, -5, "int8", rounding, compute,
+                                              lowering=LOWERINGS[index % 4])))
     cases.append(("uint8", make_requantize(np.float32(spread), np.float32(1.0), 0, 100, "uint8", "UPWARD", "int64",
                                            (20.0, 240.0))))
     return cases
@@ -342,3 +350,46 @@ def test_isa_selection(core, variant_env):
     os.environ["REFCG_ISA"] = "no-such-isa"
     assert core.isa_name() == variants[0]
     assert core.lib.refcg_isa_supported(b"scalar") == 1
+
+
+
+def check_variants(core, run, lowering):
+    """run(reference) on every variant equals the scalar reference; returns the reference."""
+    ref = run(True)
+    for isa in core.variants():
+        os.environ["REFCG_ISA"] = isa
+        got = run(False)
+        assert np.array_equal(got, ref), f"{isa} {lowering}: {np.abs(got - ref.astype(np.int64)).max()}"
+    return ref
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_float_requantize_boundaries_every_variant(core, variant_env, layout):
+    """The stored boundary accumulators (tests/fma_cases.py) through a 1x1 conv of unit weights
+    (acc = bias + x), per channel and per tensor, float32 and float64, and qnn.mul's boundary product:
+    every variant equals the scalar reference under each FloatLowering (fused or separate multiply-add,
+    folded or separate 0.5, roundf or the truncating emulation), and FMA changes float32 results."""
+    x = np.arange(-128, 128, dtype=np.int8).reshape((1, 16, 16, 1) if layout == "NHWC" else (1, 1, 16, 16))
+    for zp, rounding, compute in itertools.product(fc.PER_CHANNEL, ("UPWARD", "TONEAREST"), ("float32", "float64")):
+        for scales, bias in [(fc.per_channel_scales(zp), fc.per_channel_accs(zp, rounding)),
+                             (fc.f32(fc.PER_TENSOR_SCALE), np.array(fc.PER_TENSOR[zp][rounding], np.int32))]:
+            results = {}
+            for lowering in LOWERINGS:
+                rq = make_requantize(scales, fc.f32(fc.S_OUT), 0, zp, "int8", rounding, compute, lowering=lowering)
+                conv = Conv2D(core, in_shape=x.shape, layout=layout, weight_ohwi=np.ones((len(bias), 1, 1, 1), np.int8),
+                              bias=bias, requant=rq)
+                results[lowering] = check_variants(core, lambda ref: conv.run(x, fast=not ref), lowering)
+            if compute == "float32":
+                assert not np.array_equal(results[FMA], results[NO_FMA]), (zp, rounding, layout)
+    if layout == "NHWC":
+        a = np.resize(np.array(fc.MUL_PAIR, np.int8), (3, 40))
+        b = np.resize(np.array(fc.MUL_PAIR[::-1], np.int8), (3, 40))
+        sa, sb, so = (fc.f32(bits) for bits in fc.MUL_SCALES)
+        for rounding in ("UPWARD", "TONEAREST"):
+            results = {}
+            for lowering in LOWERINGS:
+                rq = make_requantize(np.float32(sa * sb), so, 0, fc.MUL_ZP, "int8", rounding, "float32",
+                                     lowering=lowering)
+                results[lowering] = check_variants(core, lambda ref: run_binary(
+                    core, "mul", a, b, "int8", rq, rq, (0, 0, fc.MUL_ZP), (-128, 127), ref), lowering)
+            assert not np.array_equal(results[FMA], results[NO_FMA]), rounding

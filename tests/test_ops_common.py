@@ -16,7 +16,8 @@ from refcodegen.partition import refcg_functions
 NUMERICS = {
     "llvm": (TARGET_LLVM, {}),
     "tonearest": (TARGET_LLVM, {"rounding": "TONEAREST"}),
-    "float32": (TARGET_F32, {}),
+    "float32": (TARGET_F32, {}),  # skylake: sse4.1 and FMA (fused multiply-add in the requantize)
+    "float32-nofma": ("llvm -mcpu=sandybridge", {}),  # sse4.1 (AVX) without FMA
     "float64": (TARGET_LLVM, {"compute_dtype": "float64"}),
 }
 
@@ -29,10 +30,18 @@ def qparams(scale, zero_point):
     return const(scale), const(zero_point, "int32")
 
 
+def requantize_config(target: str, config: dict):
+    """relay.qnn.op.requantize_config(**config) made under ``target``: TVM fills the fields not given
+    from the target in scope when the config is made (compute_dtype float32 with sse4.1), so a config
+    made outside any target forces int64 even for ``llvm -mcpu=skylake``."""
+    with tvm.target.Target(target):
+        return relay.qnn.op.requantize_config(**config)
+
+
 def compare(mod, inputs, tmp_path, numerics="llvm", **kw):
-    """compare_with_tvm under one of NUMERICS (target and requantize_config)."""
-    target, config = NUMERICS[numerics]
-    with relay.qnn.op.requantize_config(**config):
+    """compare_with_tvm under one of NUMERICS, or a (target, requantize_config) pair."""
+    target, config = NUMERICS[numerics] if isinstance(numerics, str) else numerics
+    with requantize_config(target, config):
         return compare_with_tvm(mod, inputs, tmp_path, target=target, **kw)
 
 

@@ -162,6 +162,20 @@ def test_lut_ops_whose_table_needs_the_target_stay_in_tvm_for_a_target_this_host
             relay.build(partition_for_refcg(module([x], leaky)), target=ARM)
 
 
+def test_lut_target_check_needs_only_instruction_set_extensions(monkeypatch):
+    """A host lacking system features (ermsb, invpcid: not instructions TVM's kernels emit) runs a
+    skylake table; one lacking an extension the skylake code may use (avx2) does not."""
+    skylake = "llvm -mcpu=skylake"
+    wanted = set(tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target(skylake)))
+    assert {"ermsb", "invpcid", "avx2", "fma"} <= wanted
+    for dropped, expected in (({"ermsb", "invpcid"}, None), ({"ermsb", "avx2"}, "lacks (avx2)")):
+        monkeypatch.setattr(lut, "_host_features", lambda: frozenset(wanted - dropped))
+        lut._cannot_run.cache_clear()
+        reason = lut.cannot_run(skylake)
+        assert reason == expected if expected is None else expected in reason, reason
+    lut._cannot_run.cache_clear()
+
+
 @pytest.mark.parametrize("op", sorted(lut.HOST_TABLE_OPS))
 def test_host_computed_tables_do_not_depend_on_the_target(op):
     """TVM legalizes qnn.sigmoid/tanh/hardswish to a table computed on the build host for any target:
