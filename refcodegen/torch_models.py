@@ -104,3 +104,40 @@ def mobilenet_v2_traced(seed: int = 0, engine: str = "fbgemm", calibration: int 
     example = torch.randn(INPUT_SHAPE)
     with torch.no_grad():
         return torch.jit.trace(net, example), example
+
+
+def torchvision_network(name: str = "inception_v3", input_size: int = 299, seed: int = 0, calibration: int = 4):
+    """(traced quantized ScriptModule, example input) of a torchvision quantizable network.
+
+    Random weights and PyTorch's own post-training quantization, as a user would run it:
+    ``torchvision.models.quantization.<name>(weights=None, quantize=False)``, ``fuse_model()``,
+    fbgemm qconfig, prepare, ``calibration`` random batches, convert. Before that the float
+    network's batch-norm statistics are set from one training-mode pass over random data:
+    with the initial statistics (mean 0, variance 1) the activations of a randomly initialised
+    deep network grow or vanish layer after layer and the quantized output is nearly constant.
+    ``input_size``: Inception-v3 needs at least 75 (its auxiliary classifier is left out).
+    """
+    import torch
+    import torch.ao.quantization as tq
+
+    models = import_torchvision().models.quantization
+    torch.manual_seed(seed)
+    torch.backends.quantized.engine = "fbgemm"
+    extra = {"aux_logits": False, "init_weights": True} if name in ("inception_v3", "googlenet") else {}
+    net = getattr(models, name)(weights=None, quantize=False, **extra)
+    shape = (1, 3, input_size, input_size)
+    for module in net.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.momentum = 1.0  # the statistics of the one batch below
+    with torch.no_grad():
+        net.train()(torch.randn((4,) + shape[1:]))
+    net.eval().fuse_model()
+    net.qconfig = tq.get_default_qconfig("fbgemm")
+    tq.prepare(net, inplace=True)
+    with torch.no_grad():
+        for _ in range(calibration):
+            net(torch.randn(shape))
+    tq.convert(net, inplace=True)
+    example = torch.randn(shape)
+    with torch.no_grad():
+        return torch.jit.trace(net, example), example
