@@ -57,7 +57,7 @@ $(BIN)/python:
 # First install pulls dependencies; later ones only rebuild refcodegen (non-editable: tests
 # import the installed package, templates/ and runtime/ included).
 $(STAMP): $(BIN)/python $(SOURCES)
-	$(BIN)/pip install -q --no-build-isolation ".[test,onnx,torch]"
+	$(BIN)/pip install -q --no-build-isolation ".[test,onnx,torch,tflite,tflite-models]"
 	rm -rf build
 	touch $@
 

@@ -4,9 +4,16 @@
 ``refcg`` pattern table. Flow: partition.py -> scoped_fold.py -> plan.py -> emit.py
 (templates/) -> C core (runtime/), wired together in codegen.py.
 """
+import importlib.util
 import os
+import sys
 
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")  # relay.build would try to download tuning logs
+# refcg loads TVM's LLVM. triton (installed with CUDA builds of torch, imported by torch._dynamo,
+# e.g. from torchvision) carries another LLVM, and loaded after TVM's it crashes the process.
+# Unless it is loaded already, its import fails as if it were not installed: torch goes without it.
+if "triton" not in sys.modules and importlib.util.find_spec("triton") is not None:
+    sys.modules["triton"] = None
 
 from . import codegen  # noqa: E402  registers relay.ext.refcg
 from .errors import RefcgError  # noqa: E402

@@ -95,6 +95,8 @@ def check_zero_point(expr, dtype: str, what: str, allow_vector: bool = False) ->
         return f"{what} must be a scalar"
     if value.size == 0 or np.any(value != value.reshape(-1)[0]):
         return f"{what} varies per channel"
+    if dtype not in DTYPE_RANGE:
+        return f"{what} is for dtype {dtype}, which refcg does not compute"
     lo, hi = DTYPE_RANGE[dtype]
     if not lo <= int(value.reshape(-1)[0]) <= hi:
         return f"{what} {int(value.reshape(-1)[0])} is outside the {dtype} range"
@@ -106,6 +108,8 @@ def channel_axis(layout: str) -> int:
 
 
 def check_clip(clip, dtype: str) -> str | None:
+    if dtype not in DTYPE_RANGE:
+        return f"clip of a {dtype} tensor"
     lo, hi = DTYPE_RANGE[dtype]
     a_min, a_max = float(clip.attrs.a_min), float(clip.attrs.a_max)
     if not (math.isfinite(a_min) and math.isfinite(a_max)):
@@ -115,8 +119,13 @@ def check_clip(clip, dtype: str) -> str | None:
     return None
 
 
+REQUANTIZE_DTYPES = ("int8", "uint8", "int16", "int32")  # what TVM 0.19 accepts, less int64 inputs
+
+
 def check_requantize(req, channels: int, axis: int, rank: int) -> str | None:
     _, in_scale, in_zp, out_scale, out_zp = req.args
+    if req.attrs.out_dtype not in REQUANTIZE_DTYPES:
+        return f"requantize out_dtype {req.attrs.out_dtype} is not supported"
     for reason in (
         check_scale(in_scale, "requantize input_scale"),
         check_scale(out_scale, "requantize output_scale"),
@@ -133,8 +142,6 @@ def check_requantize(req, channels: int, axis: int, rank: int) -> str | None:
     req_axis = int(req.attrs.axis)
     if n > 1 and (req_axis + rank if req_axis < 0 else req_axis) != axis:
         return f"per-channel requantize on axis {req_axis}, expected the channel axis {axis}"
-    if req.attrs.out_dtype not in ("int8", "uint8", "int32"):
-        return f"requantize out_dtype {req.attrs.out_dtype} is not supported"
     return None
 
 
@@ -385,7 +392,7 @@ def check_requantize_alone(root) -> str | None:
     """qnn.requantize (+clip) on its own, per-tensor or along any axis."""
     parts = epilogue_parts(root)
     req = parts["requantize"]
-    reason = check_tensor(req.args[0], "requantize input", dtypes=("int8", "uint8", "int32"))
+    reason = check_tensor(req.args[0], "requantize input", dtypes=REQUANTIZE_DTYPES)
     if reason:
         return reason
     shape = static_shape(req.args[0])
@@ -448,8 +455,27 @@ def check_pool(root) -> str | None:
     return None
 
 
+def check_axis_qparams(call, shape, scale, zero_point, dtype: str, what: str) -> str | None:
+    """Scale and zero point of qnn.quantize/dequantize: each a scalar or one value per element of
+    the ``axis`` dimension (zero points may differ per channel), zero points in the ``dtype`` range."""
+    reason = check_scale(scale, f"{what} scale")
+    if reason:
+        return reason
+    zp = const_value(zero_point)
+    if zp is None or zp.dtype != np.int32:
+        return f"{what} zero point is not an int32 constant"
+    channels = shape[int(call.attrs.axis) % len(shape)]
+    for name, value in (("scale", const_value(scale)), ("zero point", zp)):
+        if value.size not in (1, channels):
+            return f"{what} {name} has {value.size} values for an axis of length {channels}"
+    lo, hi = DTYPE_RANGE[dtype]
+    if zp.size == 0 or zp.min() < lo or zp.max() > hi:
+        return f"{what} zero point outside the {dtype} range"
+    return None
+
+
 def check_quantize(call) -> str | None:
-    """qnn.quantize of a computed float32 tensor, or qnn.dequantize, with per-tensor qparams."""
+    """qnn.quantize of a computed float32 tensor, or qnn.dequantize, per tensor or along any axis."""
     data, scale, zero_point = call.args
     if op_name(call) == "qnn.quantize":
         if is_constant_subgraph(data):
@@ -459,7 +485,7 @@ def check_quantize(call) -> str | None:
     else:
         reason = check_tensor(data, "dequantize input") or check_tensor(call, "dequantize output", dtypes=("float32",))
         quant_dtype = dtype_of(data)
-    return reason or check_qparams(scale, zero_point, quant_dtype, op_name(call)[4:])
+    return reason or check_axis_qparams(call, static_shape(data), scale, zero_point, quant_dtype, op_name(call)[4:])
 
 
 # qnn unary ops TVM 0.19 canonicalizes to a function of each 8-bit value (a lookup table)

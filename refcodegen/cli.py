@@ -6,7 +6,7 @@
     refcg emit MODEL -o DIR
     refcg bench MODEL [--threads N]
 
-MODEL is ONNX, TorchScript or Relay text (see ``frontends.py``). Slow steps report progress on
+MODEL is ONNX, TorchScript, TFLite or Relay text (see ``frontends.py``). Slow steps report progress on
 stderr; errors name the op, the attribute and the reason, and exit with status 2.
 """
 from __future__ import annotations
@@ -119,38 +119,54 @@ def cmd_emit(args):
     print(f"wrote {len(objects)} C file(s) (the core and one per partition), Makefile and report.txt to {args.output} (build: make -C {args.output})")
 
 
-def bench(model, target: str, onnx_path: str | None = None, number: int = 5, repeat: int = 5):
-    """Build TVM-only and refcg, run both (and ONNX Runtime for ONNX), print a table; return the figures."""
+def bench(model, target: str, model_path: str | None = None, number: int = 5, repeat: int = 5,
+          samples: int = 4):
+    """Build TVM-only and refcg, run both and the format's own runtime (ONNX Runtime for ONNX,
+    LiteRT for TFLite; given ``model_path``), print a table; return the figures and the report.
+
+    Each backend runs ``samples`` random input sets: max |diff| vs TVM-only (in LSB for integer
+    outputs) and top-1 agreement (arg-max of the first output) over all of them; latency on the first.
+    """
     if runner.cross_arch(target):
         raise RefcgError("bench", target, "runs on this host only; compile for it and run it there")
-    inputs = runner.random_inputs(model.inputs)
-    results = {}
+    threads = int(os.environ.get("TVM_NUM_THREADS", "1"))
+    input_sets = [runner.random_inputs(model.inputs, seed) for seed in range(samples)]
+    backends = {}
     with tempfile.TemporaryDirectory() as tmp:
         partitioned = _partition(model, target)
         for name, mod in [("TVM-only", runner.prepared(model)), ("refcg", partitioned)]:
             with runner.progress(f"building {name}"):
                 module = runner.load(runner.build(mod, target, os.path.join(tmp, f"{name}.so")))
+            backends[name] = (lambda inputs, module=module: runner.run(module, inputs),
+                              lambda module=module: runner.latency_ms(module, input_sets[0], number, repeat))
+        if model_path is not None and model.frontend in runner.PEERS:
+            name, open_peer, run_peer = runner.PEERS[model.frontend]
+            handle = open_peer(model_path, threads)
+            backends[name] = (lambda inputs: run_peer(handle, inputs),
+                              lambda: runner.wall_latency_ms(lambda: run_peer(handle, input_sets[0]), number, repeat))
+        results = {}
+        for name, (run, latency) in backends.items():
+            outputs = [run(inputs) for inputs in input_sets]
             with runner.progress(f"timing {name}"):
-                results[name] = (runner.run(module, inputs), runner.latency_ms(module, inputs, number, repeat))
-    if onnx_path is not None:
-        session = runner.onnxruntime_session(onnx_path)
-        results["ONNX Runtime"] = (runner.onnxruntime_run(session, inputs),
-                                   runner.onnxruntime_latency_ms(session, inputs, number, repeat))
-    reference, base_ms = results["TVM-only"]
-    print(f"{'backend':<14} {'ms':>9} {'vs TVM-only':>12} {'max |diff| vs TVM-only':>24}")
-    for name, (outputs, ms) in results.items():
-        diff = runner.max_abs_diff(reference, outputs)
-        print(f"{name:<14} {ms:>9.3f} {base_ms / ms:>11.2f}x {diff:>24.6g}")
+                results[name] = (outputs[0], latency(), outputs)
+    reference = results["TVM-only"][2]
+    unit = " (LSB)" if reference[0][0].dtype.kind in "iu" else ""
+    print(f"{'backend':<14} {'ms':>9} {'vs TVM-only':>12} {'max |diff| vs TVM-only' + unit:>29} "
+          f"{'top-1 = TVM-only':>17}")
+    for name, (_, ms, outputs) in results.items():
+        diff = max(runner.max_abs_diff(want, got) for want, got in zip(reference, outputs))
+        agree = sum(int((runner.top1(want) == runner.top1(got)).sum()) for want, got in zip(reference, outputs))
+        total = sum(runner.top1(want).size for want in reference)
+        print(f"{name:<14} {ms:>9.3f} {results['TVM-only'][1] / ms:>11.2f}x {diff:>29.6g} {f'{agree}/{total}':>17}")
     report = offload_report(partitioned)
+    peers = ", ".join(f"{peer} {threads} thread(s)" for peer, _, _ in runner.PEERS.values() if peer in results)
     print(f"QNN ops offloaded to refcg: {report.qnn_fraction():.1%}; "
-          f"TVM threads {os.environ.get('TVM_NUM_THREADS', 'default')}, ONNX Runtime 1 thread")
-    return results, report
+          f"TVM threads {os.environ.get('TVM_NUM_THREADS', 'default')}{'; ' + peers if peers else ''}")
+    return {name: result[:2] for name, result in results.items()}, report
 
 
 def cmd_bench(args):
-    model = _load(args)
-    onnx_path = args.model if model.frontend == "onnx" else None
-    bench(model, runner.target_string(args.target), onnx_path, args.number, args.repeat)
+    bench(_load(args), runner.target_string(args.target), args.model, args.number, args.repeat, args.samples)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -159,7 +175,7 @@ def parser() -> argparse.ArgumentParser:
 
     def model_command(name, func, help_text):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("model", help="ONNX (.onnx), TorchScript (.pt/.ts) or Relay text (.relay/.txt)")
+        p.add_argument("model", help="ONNX (.onnx), TorchScript (.pt/.ts), TFLite (.tflite) or Relay text (.relay/.txt)")
         p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224",
                        help="input shape (repeat per input); required for TorchScript")
         p.add_argument("--target", default="x86", help="x86, aarch64 or a TVM target string (default x86)")
@@ -172,8 +188,11 @@ def parser() -> argparse.ArgumentParser:
     model_command("report", cmd_report, "print which ops refcg offloads and why others stay in TVM")
     p = model_command("emit", cmd_emit, "write the generated C and a standalone Makefile")
     p.add_argument("-o", "--output", required=True, help="directory")
-    p = model_command("bench", cmd_bench, "refcg vs TVM-only (vs ONNX Runtime) latency and differences")
-    p.add_argument("--threads", type=int, default=1, help="TVM threads (TVM_NUM_THREADS), default 1")
+    p = model_command("bench", cmd_bench,
+                      "refcg vs TVM-only (vs ONNX Runtime or LiteRT) latency, differences, top-1 agreement")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads for TVM (TVM_NUM_THREADS) and the peer runtime, default 1")
+    p.add_argument("--samples", type=int, default=4, help="random input sets compared (default 4)")
     p.add_argument("--number", type=int, default=5)
     p.add_argument("--repeat", type=int, default=5)
 

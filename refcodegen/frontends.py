@@ -6,6 +6,8 @@ Formats, chosen by file suffix:
   dequantize -> op -> quantize need FakeQuantizationToInteger before partitioning.
 - ``.pt``/``.pth``/``.ts``/``.torchscript``: a traced TorchScript module (``torch.jit.save``),
   ``relay.frontend.from_pytorch``; TorchScript carries no input shapes, so they must be given.
+- ``.tflite``: a TFLite flatbuffer (``tflite_import.from_tflite``: TVM's importer plus per-channel
+  FULLY_CONNECTED; needs the ``tflite`` extra); input names, shapes and dtypes come from the model.
 - ``.relay``/``.txt``: Relay text (``tvm.relay.fromtext``), with params from ``<stem>.params``
   (``relay.save_param_dict``) when that file exists.
 """
@@ -21,6 +23,7 @@ from .errors import RefcgError
 
 ONNX_SUFFIXES = (".onnx",)
 TORCH_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript")
+TFLITE_SUFFIXES = (".tflite",)
 RELAY_SUFFIXES = (".relay", ".txt")
 QUANT_ONNX_OPS = {"QuantizeLinear", "DequantizeLinear"}
 
@@ -58,9 +61,11 @@ def load_model(path: str, shapes: dict | None = None) -> Model:
         return _load_onnx(path, shapes)
     if suffix in TORCH_SUFFIXES:
         return _load_torchscript(path, shapes)
+    if suffix in TFLITE_SUFFIXES:
+        return _load_tflite(path, shapes)
     if suffix in RELAY_SUFFIXES:
         return _load_relay_text(path, shapes)
-    known = ", ".join(ONNX_SUFFIXES + TORCH_SUFFIXES + RELAY_SUFFIXES)
+    known = ", ".join(ONNX_SUFFIXES + TORCH_SUFFIXES + TFLITE_SUFFIXES + RELAY_SUFFIXES)
     raise RefcgError("model", path, f"unknown format {suffix!r} (known: {known})")
 
 
@@ -116,6 +121,14 @@ def _load_torchscript(path: str, shapes: dict) -> Model:
     mod, params = relay.frontend.from_pytorch(module, list(shapes.items()))
     mod = relay.transform.InferType()(mod)
     return Model(mod, params, _graph_inputs(mod, params), "pytorch")
+
+
+def _load_tflite(path: str, shapes: dict) -> Model:
+    from .tflite_import import from_tflite
+
+    mod, params = from_tflite(path, shapes)
+    mod = relay.transform.InferType()(mod)
+    return Model(mod, params, _graph_inputs(mod, params), "tflite")
 
 
 def _load_relay_text(path: str, shapes: dict) -> Model:

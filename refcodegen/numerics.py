@@ -26,7 +26,7 @@ MODES = {
     ("UPWARD", "int64-neon"): 6,  # see tvm_uses_neon_q31x4
 }
 
-DTYPE_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
+DTYPE_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-(2**15), 2**15 - 1), "int32": (-(2**31), 2**31 - 1)}
 
 
 def fixed_point_multiplier_shift(multiplier: float) -> tuple[int, int]:

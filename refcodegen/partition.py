@@ -7,6 +7,7 @@ import tvm
 from tvm import relay
 from tvm.relay.build_module import bind_params_by_name
 
+from .consumers import DEQUANTIZE_USES
 from .patterns import COMPILER, REJECTIONS, pattern_table
 
 TARGET_ATTR = "RefcgTarget"
@@ -48,23 +49,24 @@ def partition_for_refcg(mod, params=None, *, target=None, fold_batch_norm: bool 
 
     Returns
     -------
-    tvm.IRModule with ``Compiler="refcg"`` functions; ``offload_report(mod)`` explains it.
+    A new tvm.IRModule with ``Compiler="refcg"`` functions; ``offload_report(mod)`` explains it.
+    ``mod`` itself is left as it was (callers build it TVM-only as the reference).
     """
+    mod = mod.clone()  # binding params and tagging targets below replace functions in place
     if params:
         mod["main"] = bind_params_by_name(mod["main"], params)
     REJECTIONS.clear()
-    seq = tvm.transform.Sequential(
-        prepare_passes(fold_batch_norm, fake_quantization_to_integer)
-        + [
-            relay.transform.MergeComposite(pattern_table()),
-            relay.transform.AnnotateTarget(COMPILER),
-            relay.transform.MergeCompilerRegions(),
-            relay.transform.PartitionGraph(),
-            relay.transform.InferType(),
-        ]
-    )
+    partition = tvm.transform.Sequential([
+        relay.transform.MergeComposite(pattern_table()),
+        relay.transform.AnnotateTarget(COMPILER),
+        relay.transform.MergeCompilerRegions(),
+        relay.transform.PartitionGraph(),
+        relay.transform.InferType(),
+    ])
     with tvm.transform.PassContext(opt_level=3):
-        mod = seq(mod)
+        mod = tvm.transform.Sequential(prepare_passes(fold_batch_norm, fake_quantization_to_integer))(mod)
+        DEQUANTIZE_USES.analyze(mod["main"])  # the dequantize check needs each result's consumers
+        mod = partition(mod)
     if target is not None:
         mod = _tag_target(mod, str(tvm.target.Target(target)))
     reasons = {f"{op}|{ty}": sorted(r) for (op, ty), r in REJECTIONS.reasons.items()}

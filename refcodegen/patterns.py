@@ -10,6 +10,7 @@ from tvm.relay.dataflow_pattern import is_constant, is_op, is_tuple, wildcard
 from tvm.relay.op.contrib.register import register_pattern_table
 
 from . import checks, lut, softmax
+from .consumers import DEQUANTIZE_USES
 
 COMPILER = "refcg"
 
@@ -144,10 +145,21 @@ REJECTIONS = Rejections()
 
 
 def _checked(check, anchor_of):
+    """The predicate MergeComposite calls: records why a match is rejected. The one place a check's
+    exception is caught: it rejects the match (the op stays in TVM) instead of aborting partitioning."""
     def predicate(expr) -> bool:
-        reason = check(expr)
+        try:
+            reason = check(expr)
+        except Exception as err:  # noqa: BLE001  any bug in a check must leave the op in TVM
+            text = str(err).strip().splitlines()
+            last = text[-1][:200] if text else ""
+            reason = f"refcg check of {checks.op_name(expr)} raised {type(err).__name__}: {last}"
         if reason is not None:
-            REJECTIONS.record(anchor_of(expr), reason)
+            try:
+                anchors = anchor_of(expr)
+            except Exception:  # noqa: BLE001  the match does not have the expected form: name the root
+                anchors = expr
+            REJECTIONS.record(anchors, reason)
         return reason is None
 
     return predicate
@@ -182,7 +194,8 @@ KERNEL_FAMILIES = [
      lambda e: checks.check_float_softmax(e) or softmax.x86_target_reason(lut.partition_target()),
      lambda e: e.args[0]),
     ("quantize", lambda: is_op("qnn.quantize")(wildcard(), *constants(2)), checks.check_quantize, lambda e: e),
-    ("quantize", lambda: is_op("qnn.dequantize")(wildcard(), *constants(2)), checks.check_quantize, lambda e: e),
+    ("quantize", lambda: is_op("qnn.dequantize")(wildcard(), *constants(2)),
+     lambda e: checks.check_quantize(e) or DEQUANTIZE_USES.reason(e), lambda e: e),
     # last: a requantize after a conv or dense belongs to that kernel's epilogue
     ("requantize", requantize_pattern, checks.check_requantize_alone, lambda e: checks.epilogue_parts(e)["requantize"]),
 ]

@@ -140,7 +140,7 @@ def plan_conv2d(name: str, body: relay.Expr, src: Buffer, dst: Buffer, target) -
     neon = tvm_uses_neon_q31x4(target, "conv2d", channels=out_dims["C"], layout=attrs.data_layout,
                                groups=int(attrs.groups))
     requant = _requantize_step(req, clip, target, neon) if req is not None else no_requantize()
-    # int16: the C core's fast epilogues store int8/uint8/int32 only; the reference narrows by wrapping
+    # int16 (accumulator or requantized): the C core's fast epilogues store int8/uint8/int32 only
     fast = pack_conv2d_fast(packed, params, checks.dtype_of(data), bias_value) if dst.dtype != "int16" else None
     return Conv2D(name, src, dst, params, packed, bias_value, requant, fast=fast)
 
@@ -192,7 +192,9 @@ def plan_dense(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer,
         bias_value = _constant(bias.args[1], "qnn.dense", "bias").reshape(-1).astype("int32")
     neon = tvm_uses_neon_q31x4(target, "dense", channels=dst.shape[1])
     requant = _requantize_step(req, parts["clip"], target, neon) if req is not None else no_requantize()
-    fast = pack_gemm_weights(w, params["kernel_zp"], params["input_zp"], srcs[0].dtype, bias_value)
+    fast = None  # int16 output: the reference kernel (fast epilogues store 8-bit and int32 only)
+    if dst.dtype != "int16":
+        fast = pack_gemm_weights(w, params["kernel_zp"], params["input_zp"], srcs[0].dtype, bias_value)
     return Kernel(name, srcs, dst, params, "dense.c.j2", weight=w, bias=bias_value, requant=requant, fast=fast)
 
 
@@ -307,13 +309,22 @@ def plan_pool2d(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer
 
 
 def plan_quantize(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    """qnn.quantize / qnn.dequantize, per tensor or along ``axis`` (scale and zero point broadcast
+    along it as TVM's ExpandBiasToMatchAxis does)."""
     body = func.body
     _, scale, zero_point = body.args
     op = checks.op_name(body)[4:]
+    shape = dst.shape
+    scales, zps = checks.const_value(scale).reshape(-1), checks.const_value(zero_point).reshape(-1)
+    axis = int(body.attrs.axis) % len(shape)
+    per_axis = max(scales.size, zps.size) > 1
+    channels = shape[axis] if per_axis else 1  # per tensor: one channel spanning the whole tensor
     params = {
-        "op": op, "size": int(np.prod(dst.shape, dtype=np.int64)),
+        "op": op, "outer": int(np.prod(shape[:axis], dtype=np.int64)) if per_axis else 1, "channels": channels,
+        "inner": int(np.prod(shape[axis + 1:] if per_axis else shape, dtype=np.int64)),
         "quant_dtype": DTYPE_CODE[dst.dtype if op == "quantize" else srcs[0].dtype],
-        "zero_point": int(_scalar(zero_point)), "scale": float(_scalar(scale)),
+        "scales": np.broadcast_to(scales, (channels,)).astype("float32").tolist(),
+        "zero_points": np.broadcast_to(zps, (channels,)).astype("int64").tolist(),
     }
     return Kernel(name, srcs, dst, params, "quantize.c.j2")
 

@@ -123,11 +123,11 @@ def latency_ms(module, inputs: dict, number: int = 5, repeat: int = 5) -> float:
     return min(timer().results) * 1e3
 
 
-def onnxruntime_session(path: str):
+def onnxruntime_session(path: str, threads: int = 1):
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = threads
     return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
@@ -135,15 +135,63 @@ def onnxruntime_run(session, inputs: dict) -> list[np.ndarray]:
     return session.run(None, inputs)
 
 
-def onnxruntime_latency_ms(session, inputs: dict, number: int = 5, repeat: int = 5) -> float:
+def litert_interpreter(path: str, threads: int = 1):
+    """LiteRT's interpreter (XNNPACK delegate, its default on CPU) for a ``.tflite`` file."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        raise RefcgError("bench", "ai_edge_litert", "not installed: pip install 'refcodegen[tflite-models]'") from None
+    interpreter = Interpreter(model_path=path, num_threads=threads)
+    interpreter.allocate_tensors()
+    return interpreter
+
+
+def litert_run(interpreter, inputs: dict) -> list[np.ndarray]:
+    for detail in interpreter.get_input_details():
+        interpreter.set_tensor(detail["index"], inputs[detail["name"]])
+    interpreter.invoke()
+    return [interpreter.get_tensor(detail["index"]).copy() for detail in interpreter.get_output_details()]
+
+
+# The runtime each model format's users compare with: name, (path, threads) -> handle, run.
+PEERS = {
+    "onnx": ("ONNX Runtime", onnxruntime_session, onnxruntime_run),
+    "tflite": ("LiteRT", litert_interpreter, litert_run),
+}
+
+
+def wall_latency_ms(call, number: int = 5, repeat: int = 5) -> float:
+    """Best-of-``repeat`` mean wall time of ``call()`` over ``number`` calls (runtimes outside TVM)."""
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
         for _ in range(number):
-            session.run(None, inputs)
+            call()
         best = min(best, (time.perf_counter() - start) / number)
     return best * 1e3
 
 
+def top1(outputs: list) -> np.ndarray:
+    """Arg-max over the last axis of the first output: the class a classifier picks."""
+    return np.argmax(outputs[0].reshape(-1, outputs[0].shape[-1]), axis=-1)
+
+
 def max_abs_diff(a: list, b: list) -> float:
     return max(float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max(initial=0)) for x, y in zip(a, b))
+
+
+# A network's outputs must take many values, or a bit-exact comparison says little: random weights
+# with untouched batch-norm statistics can quantize a whole network to one constant output.
+MIN_DISTINCT = 16
+
+
+def degenerate(outputs: list, minimum: int = MIN_DISTINCT) -> str | None:
+    """Why ``outputs`` are degenerate (an output with fewer than ``minimum`` distinct values, or
+    half its size when smaller), or None."""
+    for i, out in enumerate(outputs):
+        want = min(minimum, (out.size + 1) // 2)
+        found = len(np.unique(out))
+        if found < want:
+            return (f"output {i} {out.dtype}{list(out.shape)} takes {found} distinct value(s) "
+                    f"(at least {want} expected): {np.unique(out)[:4]}")
+    return None

@@ -12,8 +12,9 @@ Needs the ``torch`` extra.
 torchvision (for its quantizable networks) comes through ``import_torchvision()``: the PyPI
 torchvision 0.28.0 wheel is built against the CUDA torch, so with the CPU torch its C operators
 (detection ops, which the networks do not use) do not load and its import fails unless their
-schemas exist. With the CUDA torch, import torchvision before tvm: its CUDA libraries carry an
-LLVM of their own, and the other order aborts ("Option ... registered more than once").
+schemas exist. With the CUDA torch it imports as it is, before or after tvm, once refcodegen is
+imported: torchvision imports triton (through torch._dynamo), whose LLVM crashes the process when
+loaded after TVM's, and ``import refcodegen`` keeps triton from loading (``__init__.py``).
 """
 from __future__ import annotations
 
@@ -86,21 +87,50 @@ def _modules():
     return MobileNetV2Style
 
 
+def quantize_eager(net, engine: str = "fbgemm", calibration: int = 8, shape=INPUT_SHAPE):
+    """Eager-mode post-training static quantization of a fused float ``net`` (in place; returned),
+    calibrated on ``calibration`` random inputs from torch's global generator."""
+    import torch
+    import torch.ao.quantization as tq
+
+    torch.backends.quantized.engine = engine
+    net.eval()
+    net.qconfig = tq.get_default_qconfig(engine)
+    tq.prepare(net, inplace=True)
+    with torch.no_grad():
+        for _ in range(calibration):
+            net(torch.randn(shape))
+    return tq.convert(net, inplace=True)
+
+
+def recalibrate_batch_norm(net, batches: int = 4, shape=INPUT_SHAPE, seed: int = 0):
+    """Batch-norm running statistics measured on random data (in place; returned in eval mode).
+
+    With random weights and the initial statistics (mean 0, variance 1) activations shrink layer
+    after layer: torchvision's MobileNetV2 then quantizes to one constant output, and a bit-exact
+    comparison of it proves nothing. Measured statistics keep every layer's output spread."""
+    import torch
+
+    for module in net.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.reset_running_stats()
+            module.momentum = None  # a plain average over the batches
+    generator = torch.Generator().manual_seed(seed)
+    net.train()
+    with torch.no_grad():
+        for _ in range(batches):
+            net(torch.randn((4, *shape[1:]), generator=generator))
+    return net.eval()
+
+
 def mobilenet_v2_traced(seed: int = 0, engine: str = "fbgemm", calibration: int = 8):
     """(traced quantized ScriptModule, example input) for ``relay.frontend.from_pytorch``."""
     import torch
     import torch.ao.quantization as tq
 
     torch.manual_seed(seed)
-    torch.backends.quantized.engine = engine
     net = _modules()().eval()
-    net = tq.fuse_modules(net, net.fuse)
-    net.qconfig = tq.get_default_qconfig(engine)
-    tq.prepare(net, inplace=True)
-    with torch.no_grad():
-        for _ in range(calibration):
-            net(torch.randn(INPUT_SHAPE))
-    tq.convert(net, inplace=True)
+    net = quantize_eager(tq.fuse_modules(net, net.fuse), engine, calibration)
     example = torch.randn(INPUT_SHAPE)
     with torch.no_grad():
         return torch.jit.trace(net, example), example
@@ -111,33 +141,19 @@ def torchvision_network(name: str = "inception_v3", input_size: int = 299, seed:
 
     Random weights and PyTorch's own post-training quantization, as a user would run it:
     ``torchvision.models.quantization.<name>(weights=None, quantize=False)``, ``fuse_model()``,
-    fbgemm qconfig, prepare, ``calibration`` random batches, convert. Before that the float
-    network's batch-norm statistics are set from one training-mode pass over random data:
-    with the initial statistics (mean 0, variance 1) the activations of a randomly initialised
-    deep network grow or vanish layer after layer and the quantized output is nearly constant.
-    ``input_size``: Inception-v3 needs at least 75 (its auxiliary classifier is left out).
+    fbgemm qconfig, prepare, ``calibration`` random batches, convert; batch-norm statistics
+    measured first (``recalibrate_batch_norm``). ``input_size``: Inception-v3 needs at least 75
+    (its auxiliary classifier, which needs more, is left out).
     """
     import torch
-    import torch.ao.quantization as tq
 
     models = import_torchvision().models.quantization
     torch.manual_seed(seed)
-    torch.backends.quantized.engine = "fbgemm"
     extra = {"aux_logits": False, "init_weights": True} if name in ("inception_v3", "googlenet") else {}
     net = getattr(models, name)(weights=None, quantize=False, **extra)
     shape = (1, 3, input_size, input_size)
-    for module in net.modules():
-        if isinstance(module, torch.nn.BatchNorm2d):
-            module.momentum = 1.0  # the statistics of the one batch below
-    with torch.no_grad():
-        net.train()(torch.randn((4,) + shape[1:]))
-    net.eval().fuse_model()
-    net.qconfig = tq.get_default_qconfig("fbgemm")
-    tq.prepare(net, inplace=True)
-    with torch.no_grad():
-        for _ in range(calibration):
-            net(torch.randn(shape))
-    tq.convert(net, inplace=True)
+    recalibrate_batch_norm(net, shape=shape, seed=seed).fuse_model()
+    net = quantize_eager(net, "fbgemm", calibration, shape)
     example = torch.randn(shape)
     with torch.no_grad():
         return torch.jit.trace(net, example), example

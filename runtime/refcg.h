@@ -150,12 +150,13 @@ typedef struct {
 REFCG_API int refcg_requantize_ref(const refcg_requantize_params* p, const void* input, void* output);
 
 /* qnn.quantize (float32 -> int8/uint8: clip(round(x / scale) + zp) in float32, then cast) and
- * qnn.dequantize ((x - zp) * scale in float32), per tensor, as TVM 0.19 canonicalizes them. */
+ * qnn.dequantize ((x - zp) * scale in float32), as TVM 0.19 canonicalizes them, on a tensor
+ * viewed as [outer][channels][inner] around the quantization axis (per tensor: one channel). */
 typedef struct {
-  int64_t size;
-  int32_t quant_dtype; /* the integer side: output of quantize, input of dequantize */
-  int32_t zero_point;
-  float scale;
+  int64_t outer, channels, inner;
+  int32_t quant_dtype;       /* the integer side: output of quantize, input of dequantize */
+  const float* scale;        /* [channels] */
+  const int32_t* zero_point; /* [channels] */
 } refcg_quantize_params;
 
 REFCG_API int refcg_quantize_ref(const refcg_quantize_params* p, const float* input, void* output);

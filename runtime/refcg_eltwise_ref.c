@@ -57,20 +57,32 @@ REFCG_API int refcg_requantize_ref(const refcg_requantize_params* p, const void*
 }
 
 REFCG_API int refcg_quantize_ref(const refcg_quantize_params* p, const float* input, void* output) {
+  if (p->outer < 0 || p->channels < 0 || p->inner < 0) return -1;
   const float lo = p->quant_dtype == REFCG_U8 ? 0.0f : -128.0f, hi = p->quant_dtype == REFCG_U8 ? 255.0f : 127.0f;
-  const float zp = (float)p->zero_point;
-  for (int64_t i = 0; i < p->size; ++i) {
-    float v = roundf(input[i] / p->scale) + zp; /* roundf: half away from zero, like llvm.round */
-    v = v < lo ? lo : (v > hi ? hi : v);
-    refcg_store(output, i, p->quant_dtype, (int32_t)v);
+  int64_t i = 0;
+  for (int64_t o = 0; o < p->outer; ++o) {
+    for (int64_t c = 0; c < p->channels; ++c) {
+      const float scale = p->scale[c], zp = (float)p->zero_point[c];
+      for (int64_t end = i + p->inner; i < end; ++i) {
+        float v = roundf(input[i] / scale) + zp; /* roundf: half away from zero, like llvm.round */
+        v = v < lo ? lo : (v > hi ? hi : v);
+        refcg_store(output, i, p->quant_dtype, (int32_t)v);
+      }
+    }
   }
   return 0;
 }
 
 REFCG_API int refcg_dequantize_ref(const refcg_quantize_params* p, const void* input, float* output) {
-  for (int64_t i = 0; i < p->size; ++i) {
-    const int32_t x = (int32_t)((uint32_t)refcg_load(input, i, p->quant_dtype) - (uint32_t)p->zero_point);
-    output[i] = (float)x * p->scale;
+  if (p->outer < 0 || p->channels < 0 || p->inner < 0) return -1;
+  int64_t i = 0;
+  for (int64_t o = 0; o < p->outer; ++o) {
+    for (int64_t c = 0; c < p->channels; ++c) {
+      const float scale = p->scale[c];
+      const uint32_t zp = (uint32_t)p->zero_point[c];
+      for (int64_t end = i + p->inner; i < end; ++i)
+        output[i] = (float)(int32_t)((uint32_t)refcg_load(input, i, p->quant_dtype) - zp) * scale;
+    }
   }
   return 0;
 }

@@ -13,7 +13,7 @@ from tvm import relay  # noqa: E402
 import refcodegen  # noqa: E402,F401  registers relay.ext.refcg
 from refcodegen import objcache, partition_for_refcg  # noqa: E402
 from refcodegen.partition import refcg_functions  # noqa: E402
-from refcodegen.runner import load, run  # noqa: E402,F401  (tests import run from here)
+from refcodegen.runner import degenerate, load, run  # noqa: E402,F401  (tests import run from here)
 
 TARGET_LLVM = "llvm"
 TARGET_F32 = "llvm -mcpu=skylake"  # sse4.1: TVM-only requantize computes in float32
@@ -53,6 +53,12 @@ def compare_with_tvm(mod, inputs: dict, tmp_path, target=TARGET_LLVM, params=Non
     if outputs is not None:
         outputs.extend(actual)
     return partitioned
+
+
+def assert_not_degenerate(outputs: list):
+    """Network outputs take many values (runner.degenerate): else bit-exactness proves little."""
+    reason = degenerate(outputs)
+    assert reason is None, reason
 
 
 def random_int(rng, shape, dtype, low=None, high=None):

@@ -62,7 +62,7 @@ def test_emit_writes_c_that_builds_warning_free(models, tmp_path, capsys):
 def test_bench_table(models, capsys):
     assert cli.main(["bench", models["mlp"], "--number", "1", "--repeat", "1"]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line}
-    assert float(rows["refcg"][-1]) == 0.0  # max |diff| vs TVM-only
+    assert float(rows["refcg"][-2]) == 0.0 and rows["refcg"][-1] == "32/32"  # max |diff|, top-1 agreement
     assert {"TVM-only", "refcg", "ONNX"} <= set(rows)
 
 

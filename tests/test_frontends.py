@@ -4,12 +4,15 @@ Each model: refcg vs TVM-only bit-exact (compare_with_tvm), the QNN offload frac
 against a floor, and the difference to the quantizer's own runtime printed (run with -s to see
 it; ONNX Runtime and PyTorch round differently from TVM, so it is reported, not asserted).
 """
+import os
+import subprocess
+import sys
 from functools import partial
 
 import numpy as np
 import pytest
 
-from conftest import compare_with_tvm
+from conftest import assert_not_degenerate, compare_with_tvm
 from refcodegen import RefcgError, offload_report, onnx_models, runner, torch_models
 from refcodegen.frontends import load_model, parse_shape
 
@@ -36,11 +39,13 @@ def quantized_onnx(tmp_path, name, fmt, per_channel, activation):
 
 
 def check_model(model, inputs, tmp_path, name, reference_outputs):
-    """Bit-exact with TVM-only, offload fraction at or above the floor; returns the report."""
+    """Bit-exact with TVM-only on outputs that are not degenerate, offload fraction at or above the
+    floor; returns the report."""
     outputs = []
     # runner.prepared already ran the frontend clean-ups (FakeQuantizationToInteger): not twice
     partitioned = compare_with_tvm(runner.prepared(model), inputs, tmp_path, outputs=outputs,
                                    fold_batch_norm=False)
+    assert_not_degenerate(outputs)
     report = offload_report(partitioned)
     diff = runner.max_abs_diff(reference_outputs, outputs)
     print(f"\n{name}: QNN ops offloaded {report.qnn_fraction():.1%}, max |refcg - quantizer runtime| = "
@@ -90,6 +95,43 @@ def test_pytorch_post_training_quantized(tmp_path):
     check_model(model, {"input": example.numpy()}, tmp_path, "pytorch", expected)
 
 
+@pytest.mark.parametrize("recalibrate", [False, True])
+def test_untouched_batch_norm_collapses_and_the_check_fails_it(recalibrate):
+    """torchvision's MobileNetV2, random weights, quantized by PyTorch: with the initial batch-norm
+    statistics its output is one constant, which the network tests' check rejects; with statistics
+    recalibrated on random data (torch_models.recalibrate_batch_norm) it passes."""
+    torch = pytest.importorskip("torch")  # the torch extra; make test installs it
+    torchvision = torch_models.import_torchvision()  # after tvm (conftest): the CPU torch allows it
+    torch.manual_seed(0)
+    net = torchvision.models.quantization.mobilenet_v2(weights=None, quantize=False)
+    if recalibrate:
+        torch_models.recalibrate_batch_norm(net)
+    net.eval().fuse_model(is_qat=False)
+    torch_models.quantize_eager(net, calibration=2)
+    with torch.no_grad():
+        outputs = [net(torch.randn(torch_models.INPUT_SHAPE)).numpy()]
+    if recalibrate:
+        assert_not_degenerate(outputs)
+    else:
+        with pytest.raises(AssertionError, match="takes 1 distinct value"):
+            assert_not_degenerate(outputs)
+
+
+def test_triton_cannot_crash_a_process_that_loaded_tvm(tmp_path):
+    """CUDA builds of torch install triton, whose LLVM crashes the process when it loads after TVM's
+    (torchvision loads it through torch._dynamo). With a stand-in triton that aborts when imported,
+    torchvision and torch._dynamo import after refcodegen without loading it."""
+    pytest.importorskip("torch")
+    (tmp_path / "triton").mkdir()
+    (tmp_path / "triton" / "__init__.py").write_text("import os\nos.abort()  # as triton after TVM does\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    assert subprocess.run([sys.executable, "-c", "import triton"], env=env).returncode != 0  # it does abort
+    code = ("import sys, refcodegen; from refcodegen.torch_models import import_torchvision; "
+            "import_torchvision(); import torch._dynamo; assert sys.modules['triton'] is None")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 def test_relay_text_with_params(tmp_path):
     """Relay text plus a .params file loads with the weights bound and the data input found."""
     from tvm import relay
@@ -111,7 +153,8 @@ def test_relay_text_with_params(tmp_path):
 
 
 @pytest.mark.parametrize("path,shapes,fragment", [
-    ("model.tflite", None, "unknown format"),
+    ("model.pb", None, "unknown format"),
+    ("model.tflite", None, "not a TFLite flatbuffer"),
     ("model.pt", None, "TorchScript has no input shapes"),
     ("missing.onnx", None, "no such file"),
 ])

@@ -1,10 +1,12 @@
-"""refcg.requantize (qnn.requantize alone) and refcg.concatenate against TVM-only: bit-exact."""
+"""refcg.requantize (qnn.requantize alone), refcg.concatenate and refcg.quantize against TVM-only: bit-exact."""
 import numpy as np
 import pytest
 from tvm import relay
 
 from conftest import random_int
-from test_ops_common import NUMERICS, Cases, const, qparams
+from models import module
+from refcodegen import offload_report
+from test_ops_common import NUMERICS, Cases, compare, const, qparams
 
 
 def requantize(x, in_scale, in_zp, out_scale, out_zp, out_dtype, axis=-1, rounding="None", clip=None):
@@ -80,3 +82,108 @@ def test_quantize_dequantize_at_partition_boundaries(tmp_path, rng, numerics):
     cases.add(relay.qnn.op.dequantize(y, const(0.6), const(0, "int32")), "float32")
     cases.add(relay.qnn.op.dequantize(u, const(0.37), const(128, "int32")), "float32")
     cases.compare(tmp_path, numerics)
+
+
+INT16_SWEEP = [
+    # in shape, in dtype, in scale(s), in zp, out scale, out zp, out dtype, axis, clip
+    ((2, 40), "int16", 0.003, 7, 0.05, -3, "int8", -1, None),
+    ((1, 3, 4, 5), "int16", [0.002, 0.04, 0.0007], -20, 0.03, 128, "uint8", 1, (10, 250)),
+    ((3, 16), "int16", 0.5, 0, 0.0009, 5, "int32", -1, None),  # ratio above 1
+    ((2, 24), "int8", 0.05, 3, 0.0004, -100, "int16", -1, None),
+    ((1, 4, 3, 3), "int32", [0.0001, 0.002, 0.00003, 0.0007], 11, 0.001, 9, "int16", 1, (-3000, 20000)),
+    ((2, 8), "uint8", 0.1, 128, 0.1, 0, "int16", -1, None),  # equal scales: TVM skips the multiply
+    ((4, 9), "int16", 0.01, -2, 0.003, 1, "int16", -1, None),
+]
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "tonearest", "float32"])
+def test_requantize_int16_matches_tvm(tmp_path, rng, numerics):
+    """qnn.requantize to and from int16 (+clip), alone and fused after a conv and a dense."""
+    from models import qconv_block
+
+    cases = Cases()
+    for shape, dtype, in_scale, in_zp, out_scale, out_zp, out_dtype, axis, clip in INT16_SWEEP:
+        x = cases.var(shape, dtype, rng, *((-3_000_000, 3_000_000) if dtype == "int32" else ()))
+        cases.add(requantize(x, in_scale, in_zp, out_scale, out_zp, out_dtype, axis, clip=clip))
+    x = cases.var((1, 4, 6, 6), "int8", rng)
+    cases.add(qconv_block(x, rng, in_c=4, out_c=8, per_channel=True, output_scale=0.0005, out_dtype="int16",
+                          clip=(-20000, 30000), weight_range=(-63, 63)))  # skylake TVM-only: vpmaddubsw saturates
+    x = cases.var((3, 10), "uint8", rng)
+    w = relay.const(random_int(rng, (6, 10), "int8"))
+    y = relay.qnn.op.dense(x, w, const(128, "int32"), const(0, "int32"), const(0.05), const(0.01), units=6)
+    cases.add(requantize(y, 0.0005, 0, 0.0001, -7, "int16"))
+    cases.compare(tmp_path, numerics)
+
+
+def float_input(cases, shape, rng, scales, axis):
+    """Random float32 data plus exact ties of x / scale (k + 0.5) along ``axis``, where rounding decides."""
+    x = relay.var(f"v{len(cases.inputs)}", shape=shape, dtype="float32")
+    cases.params.append(x)
+    data = rng.uniform(-300, 300, shape).astype("float32") * np.float32(np.max(scales))
+    ties = (rng.integers(-120, 120, shape) + 0.5).astype("float32")
+    view = [1] * len(shape)
+    view[axis] = -1
+    ties = ties * np.asarray(scales, "float32").reshape(view if np.size(scales) > 1 else ())
+    pick = rng.random(shape) < 0.5
+    cases.inputs[x.name_hint] = np.where(pick, ties, data).astype("float32")
+    return x
+
+
+PER_AXIS_SWEEP = [
+    # shape, axis, scales, zero points, quantized dtype
+    ((2, 5, 3, 4), 1, [0.5, 0.37, 0.011, 2.0, 0.093], [0, 3, -7, 100, -128], "int8"),
+    ((3, 4, 6), -1, [0.02, 0.7, 0.25, 0.0049, 1.3, 0.06], 128, "uint8"),
+    ((4, 7), 0, [0.1, 0.3, 0.05, 0.9], [0, 10, 250, 128], "uint8"),
+    ((2, 3, 5), 1, 0.37, [1, -2, 5], "int8"),  # a scalar scale with per-channel zero points
+    ((6, 2, 2), 0, [0.03] * 6, 0, "int8"),
+]
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "tonearest", "float32"])
+def test_per_axis_quantize_dequantize(tmp_path, rng, numerics):
+    """ONNX QDQ per-axis: qnn.quantize / qnn.dequantize along any axis, alone and back to back."""
+    cases = Cases()
+    for shape, axis, scales, zps, dtype in PER_AXIS_SWEEP:
+        x = float_input(cases, shape, rng, scales, axis)
+        qp = (const(scales), const(zps, "int32"))
+        q = relay.qnn.op.quantize(x, *qp, axis=axis, out_dtype=dtype)
+        cases.add(q)
+        cases.add(relay.qnn.op.dequantize(q, *qp, axis=axis), "float32")
+        xq = cases.var(shape, dtype, rng)
+        cases.add(relay.qnn.op.dequantize(xq, *qp, axis=axis), "float32")
+    cases.compare(tmp_path, numerics)
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "float32"])
+def test_dequantize_feeding_float_arithmetic_stays_in_tvm(tmp_path, rng, numerics):
+    """TVM-only fuses dequantize's multiply with a float add (an FMA on skylake) and folds a constant
+    multiply into the scale: such a dequantize stays in TVM; one feeding softmax or a reshaped output
+    is offloaded. All bit-exact with TVM-only."""
+    cases = Cases()
+    outs = []
+    consumers = [lambda y: relay.add(y, const(rng.standard_normal((4, 1)).astype("float32") * 3)),
+                 lambda y: relay.multiply(y, const(np.float32(1.7))),
+                 relay.nn.softmax, lambda y: relay.reshape(y, (8, 16))]
+    for axis, scale in ((1, [0.05, 0.3, 0.011, 0.07]), (-1, 0.0731)):
+        for consumer in consumers:  # one dequantize each: TVM-only fuses a single consumer only
+            y = relay.qnn.op.dequantize(cases.var((2, 4, 16), "int8", rng), const(scale), const(3, "int32"),
+                                        axis=axis)
+            outs.append(consumer(y))
+    mod = module(cases.params, relay.Tuple([relay.reinterpret(o, "int32") for o in outs]))
+    partitioned = compare(mod, cases.inputs, tmp_path, numerics)
+    report = offload_report(partitioned)
+    assert report.offloaded_ops["qnn.dequantize"] == 4, str(report)
+    reasons = [reason for op, _, reason in report.stayed if op == "qnn.dequantize"]
+    assert len(reasons) == 4 and all("TVM-only computes together" in r for r in reasons), str(report)
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "float32"])
+def test_quantize_after_float_arithmetic(tmp_path, rng, numerics):
+    """TVM-only fuses x * a + b (an FMA on skylake) with the quantize's division; refcg quantizes the
+    result TVM computed for the same producer: division does not contract, the results agree."""
+    cases = Cases()
+    x = float_input(cases, (2, 4, 16), rng, [0.1] * 4, 1)
+    y = relay.add(relay.multiply(x, const(np.float32(0.77))), const(rng.standard_normal((4, 1)).astype("float32")))
+    q = relay.qnn.op.quantize(y, const([0.05, 0.11, 0.3, 0.021]), const([1, 0, -3, 7], "int32"), axis=1)
+    partitioned = compare(module(cases.params, q), cases.inputs, tmp_path, numerics)
+    assert offload_report(partitioned).offloaded_ops["qnn.quantize"] == 1

@@ -1,10 +1,12 @@
 """The BYOC contract: what reaches relay.ext.refcg, what comes back, what the user sees."""
+import itertools
+
 import numpy as np
 import pytest
 import tvm
 from tvm import relay
 
-from conftest import build_and_load, compare_with_tvm, random_int, run
+from conftest import assert_not_degenerate, build_and_load, compare_with_tvm, random_int, run
 from models import module, qconv_block
 from refcodegen import RefcgError, codegen, offload_report, partition_for_refcg
 from refcodegen.emit import c_identifier, core_source
@@ -149,6 +151,47 @@ def test_runtime_weight_stays_in_tvm_and_runs(tmp_path, rng):
     data = {"x": random_int(rng, (1, 8, 10, 10), "int8"), "w": random_int(rng, (16, 8, 3, 3), "int8")}
     got = run(build_and_load(partitioned, "llvm", tmp_path, "fallback"), data)[0]
     want = run(build_and_load(mod, "llvm", tmp_path, "tvm"), data)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def weight_input_model(rng):
+    """main(x, w): qnn.conv2d with a weight input, then a float tail for FakeQuantizationToInteger
+    (dequantize -> relu -> quantize) and for batch-norm folding (dequantize -> batch_norm -> quantize)."""
+    x = relay.var("x", shape=(1, 8, 10, 10), dtype="int8")
+    w = relay.var("w", shape=(16, 8, 3, 3), dtype="int8")
+    y = relay.qnn.op.conv2d(x, w, relay.const(0), relay.const(0), relay.const(0.05), relay.const(0.01),
+                            kernel_size=(3, 3), channels=16, padding=(1, 1))
+    y = relay.qnn.op.requantize(y, relay.const(0.0005), relay.const(0), relay.const(0.1), relay.const(0),
+                                out_dtype="int8")
+    f = relay.nn.relu(relay.qnn.op.dequantize(y, relay.const(0.1), relay.const(0)))
+    y = relay.qnn.op.quantize(f, relay.const(0.1), relay.const(0), out_dtype="int8")
+    f = relay.qnn.op.dequantize(y, relay.const(0.1), relay.const(0))
+    gamma, beta = rng.uniform(0.5, 2, 16).astype("float32"), rng.uniform(-1, 1, 16).astype("float32")
+    mean, var = rng.uniform(-1, 1, 16).astype("float32"), rng.uniform(0.5, 2, 16).astype("float32")
+    f = relay.nn.batch_norm(f, *(relay.const(v) for v in (gamma, beta, mean, var)))[0]
+    return module([x, w], relay.qnn.op.quantize(f, relay.const(0.1), relay.const(0), out_dtype="int8"))
+
+
+@pytest.mark.parametrize("bind", [False, True])
+def test_partition_leaves_its_argument_unchanged(tmp_path, rng, bind):
+    """Every option combination returns a new module; the caller's still has main(x, w) and builds."""
+    mod = weight_input_model(rng)
+    weight = random_int(rng, (16, 8, 3, 3), "int8")
+    params = {"w": weight} if bind else None
+    original = tvm.ir.load_json(tvm.ir.save_json(mod))
+    for fold, fq2i, target in itertools.product([False, True], [False, True], [None, "llvm"]):
+        partitioned = partition_for_refcg(mod, params, target=target, fold_batch_norm=fold,
+                                          fake_quantization_to_integer=fq2i)
+        assert refcg_functions(partitioned) and partitioned is not mod
+        assert [p.name_hint for p in partitioned["main"].params] == (["x"] if bind else ["x", "w"])
+        assert tvm.ir.structural_equal(original, mod), (fold, fq2i, target)
+        assert mod.attrs is None or "refcg_rejections" not in mod.attrs
+    # the caller's module still builds TVM-only, with the weight as a param or an input, and
+    # matches the last partitioned build (FakeQuantizationToInteger and batch-norm folding both ran)
+    data = {"x": random_int(rng, (1, 8, 10, 10), "int8"), **({} if bind else {"w": weight})}
+    want = run(build_and_load(mod, "llvm", tmp_path, "tvm", params), data)[0]
+    got = run(build_and_load(partitioned, "llvm", tmp_path, "refcg"), data)[0]
+    assert_not_degenerate([want])
     np.testing.assert_array_equal(got, want)
 
 

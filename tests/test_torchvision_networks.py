@@ -27,8 +27,8 @@ def test_inception_v3_matches_tvm(tmp_path):
     partitioned = compare_with_tvm(runner.prepared(model), {"input": example.numpy()}, tmp_path,
                                    outputs=outputs, fold_batch_norm=False)
     report = offload_report(partitioned)
-    distinct = len(np.unique(outputs[0]))
+    distinct = len(np.unique(outputs[0]))  # 64 at the last run
     print(f"\ninception_v3 {shape}: {len(report.partitions)} partitions, {sum(n for op, n in report.offloaded_ops.items() if op.startswith('qnn.'))} "
           f"QNN ops offloaded, {distinct} distinct output values, stayed in TVM: {dict(report.stayed_ops)}")
     assert report.qnn_fraction() == 1.0, str(report)
-    assert distinct >= 32, distinct  # not a degenerate (near-constant) network: 64 at the last run
+    assert runner.degenerate(outputs) is None, runner.degenerate(outputs)

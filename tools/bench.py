@@ -147,15 +147,15 @@ def _network(name: str):
     return mod
 
 
-WORKLOADS = ["conv3x3_pt", "conv3x3_pc", "dw3x3_32x112", "dense_1x1024x1000", "dense_64x512x512",
-             "resnet18_style", "mobilenetv2_style"]
+NETWORKS = ("resnet18_style", "mobilenetv2_style")
+WORKLOADS = ["conv3x3_pt", "conv3x3_pc", "dw3x3_32x112", "dense_1x1024x1000", "dense_64x512x512", *NETWORKS]
 
 
 def relay_module(name: str):
     import tvm
     from tvm import relay
 
-    if name in ("resnet18_style", "mobilenetv2_style"):
+    if name in NETWORKS:
         return _network(name)
     y, x = _dense(name) if name.startswith("dense") else _conv(name)
     return tvm.IRModule.from_expr(relay.Function([x], y))
@@ -243,7 +243,7 @@ def onnx_model(name: str, mod, path: str) -> str | None:
         return None
     from onnx import TensorProto, helper, numpy_helper
 
-    if name in ("resnet18_style", "mobilenetv2_style"):
+    if name in NETWORKS:
         return _onnx_network(name, path)
     call = mod["main"].body
     while call.op.name != ("qnn.conv2d" if name[:4] in ("conv", "dw3x") else "qnn.dense"):
@@ -412,6 +412,8 @@ def main() -> None:
                 runners[key], outputs[key] = graph_runner(str(work / f"{name}_best.so"), x)
                 break
             notes.append(f"TVM-only '{target}' did not build or run ({err})")
+        if name in NETWORKS:
+            check_not_degenerate(name, outputs)
         onnx_path = onnx_model(name, mod, str(work / f"{name}.onnx"))
         if name.startswith("dense"):  # the GEMM kernel itself (cffi build: 1 thread)
             runners["refcg core 1T"] = core_dense_runner(name, x)
@@ -447,6 +449,16 @@ def main() -> None:
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(dict(peaks=peaks, rows=rows), indent=1))
+
+
+def check_not_degenerate(name: str, outputs: dict) -> None:
+    """A network whose output takes a few values would be timed on a vacuous computation: stop."""
+    from refcodegen.runner import degenerate
+
+    for runner, output in outputs.items():
+        reason = degenerate([output()])
+        if reason:
+            raise SystemExit(f"{name}: {runner}: degenerate network output, {reason}")
 
 
 def core_dense_runner(name: str, x: np.ndarray):
