@@ -197,7 +197,9 @@ def padded_conv_cases(numerics: str):
                      pad_value=0.0 if pad is None else float(zps[0]), per_channel=True,
                      clip=(0, 255) if j % 2 == 0 else None, out="uint8" if j % 2 == 0 else "int8")
             cases.append((c, PAD_SIZES[(i + j) % len(PAD_SIZES)]))
-    return cases
+    # the geometry is swept under llvm; TONEAREST changes only the requantize (one case per kernel
+    # shape), the float32 target also TVM-only's conv lowering (two per kernel shape)
+    return cases[:: {"llvm": 1, "float32": 2, "tonearest": 4}[numerics]]
 
 
 @pytest.mark.parametrize("numerics", ["llvm", "tonearest", "float32"])
