@@ -134,3 +134,26 @@ def mobilenet_v2_traced(seed: int = 0, engine: str = "fbgemm", calibration: int 
     example = torch.randn(INPUT_SHAPE)
     with torch.no_grad():
         return torch.jit.trace(net, example), example
+
+
+def torchvision_network(name: str = "inception_v3", input_size: int = 299, seed: int = 0, calibration: int = 4):
+    """(traced quantized ScriptModule, example input) of a torchvision quantizable network.
+
+    Random weights and PyTorch's own post-training quantization, as a user would run it:
+    ``torchvision.models.quantization.<name>(weights=None, quantize=False)``, ``fuse_model()``,
+    fbgemm qconfig, prepare, ``calibration`` random batches, convert; batch-norm statistics
+    measured first (``recalibrate_batch_norm``). ``input_size``: Inception-v3 needs at least 75
+    (its auxiliary classifier, which needs more, is left out).
+    """
+    import torch
+
+    models = import_torchvision().models.quantization
+    torch.manual_seed(seed)
+    extra = {"aux_logits": False, "init_weights": True} if name in ("inception_v3", "googlenet") else {}
+    net = getattr(models, name)(weights=None, quantize=False, **extra)
+    shape = (1, 3, input_size, input_size)
+    recalibrate_batch_norm(net, shape=shape, seed=seed).fuse_model()
+    net = quantize_eager(net, "fbgemm", calibration, shape)
+    example = torch.randn(shape)
+    with torch.no_grad():
+        return torch.jit.trace(net, example), example

@@ -70,6 +70,10 @@ def requantize_out(draw, dtypes=QDTYPES):
             "rounding": draw(st.sampled_from(["None", "UPWARD", "TONEAREST"])), "clip": draw(clips(dtype))}
 
 
+# (kh, kw) of the network-geometry convs: 1x1, 3x3, and Inception's factorized 1xN / Nx1
+NETWORK_KERNELS = [(1, 1), (1, 1), (3, 3), (3, 3), (1, 3), (3, 1), (1, 7), (7, 1)]
+
+
 @st.composite
 def conv_op(draw, state):
     _, c, h, w = dims(state)
@@ -80,16 +84,25 @@ def conv_op(draw, state):
         dil = (draw(st.sampled_from([1, 1, 2])), draw(st.sampled_from([1, 1, 2])))
         pads = [draw(st.integers(0, 2)) for _ in range(4)]  # top, left, bottom, right
         strides = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    else:  # what networks use (and kernels special-case: 1x1 stride 1 unpadded runs pixels in the lanes)
-        k, strides, pad = draw(st.sampled_from([(1, (1, 1), 0), (1, (2, 2), 0), (3, (1, 1), 1), (3, (2, 2), 1)]))
-        kh, kw, dil, pads = k, k, (1, 1), [pad] * 4
+    else:  # what networks use (and kernels special-case: 1x1 stride 1 unpadded runs pixels in the lanes;
+        # Inception's 1xN / Nx1 factorized convs with per-axis "same" padding)
+        (kh, kw), strides = draw(st.sampled_from(NETWORK_KERNELS)), draw(st.sampled_from([(1, 1), (2, 2)]))
+        dil, pads = (1, 1), [kh // 2, kw // 2, kh // 2, kw // 2]
+    # PyTorch's importer pads in an nn.pad in front of the conv (value: the input zero point), which
+    # refcg fuses: move some or all of the padding there
+    front = None
+    if draw(st.integers(0, 2)) == 0:
+        front = (draw(st.integers(0, pads[0])), draw(st.integers(0, pads[2])),
+                 draw(st.integers(0, pads[1])), draw(st.integers(0, pads[3])))  # (top, bottom, left, right)
+        pads = [pads[0] - front[0], pads[1] - front[2], pads[2] - front[1], pads[3] - front[3]]
     # grow padding until the dilated kernel fits the padded input
-    while h + pads[0] + pads[2] < (kh - 1) * dil[0] + 1:
+    fh, fw = (0, 0) if front is None else (front[0] + front[1], front[2] + front[3])
+    while h + fh + pads[0] + pads[2] < (kh - 1) * dil[0] + 1:
         pads[2] += 1
-    while w + pads[1] + pads[3] < (kw - 1) * dil[1] + 1:
+    while w + fw + pads[1] + pads[3] < (kw - 1) * dil[1] + 1:
         pads[3] += 1
     w_dtype = draw(st.sampled_from(QDTYPES))
-    return {"op": "conv2d", "out_c": out_c, "kernel": (kh, kw), "strides": strides,
+    return {"op": "conv2d", "out_c": out_c, "kernel": (kh, kw), "strides": strides, "pad": front,
             "dilation": dil, "padding": tuple(pads), "groups": groups, "w_dtype": w_dtype,
             "kernel_zp": draw(st.one_of(st.just(0 if w_dtype == "int8" else 128), zero_points(w_dtype))),
             "per_channel": draw(st.booleans()), "bias": draw(st.sampled_from([None, 1 << 10, 1 << 16, 1 << 24])),
@@ -167,7 +180,8 @@ def chains(draw, max_ops: int = 3, numerics: str | None = None):
         shape, layout = (draw(st.integers(1, 3)), draw(st.integers(1, 40))), ""
     else:
         layout = draw(st.sampled_from(["NCHW", "NHWC"]))
-        n, c, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 12)), draw(st.integers(1, 10)), draw(st.integers(1, 10))
+        sizes = st.integers(1, 10) | st.sampled_from([13, 17])  # odd network sizes, past the 1x7 kernels
+        n, c, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 12)), draw(sizes), draw(sizes)
         shape = (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
     spec = ChainSpec(shape, layout, dtype, draw(scales()), draw(zero_points(dtype)), seed=draw(st.integers(0, 2**31)))
     state = ChainSpec(shape, layout, dtype, spec.scale, spec.zp)
@@ -231,6 +245,13 @@ def apply_op(y, state, op, ctx, name):
     rng, small = (ctx["rng"], ctx["small"]) if build else (None, False)
     if kind == "conv2d":
         n, c, h, w = dims(state)
+        front = op.get("pad")  # (top, bottom, left, right) of an nn.pad in front, or None
+        if front is not None:
+            h, w = h + front[0] + front[1], w + front[2] + front[3]
+            if build:
+                hw = [tuple(front[:2]), tuple(front[2:])]
+                widths = [(0, 0), (0, 0), *hw] if state.layout == "NCHW" else [(0, 0), *hw, (0, 0)]
+                y = relay.nn.pad(y, widths, pad_value=float(state.zp))
         (kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr) = op["kernel"], op["strides"], op["dilation"], op["padding"]
         oh, ow = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1, (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
         out_shape = (n, op["out_c"], oh, ow) if state.layout == "NCHW" else (n, oh, ow, op["out_c"])
@@ -615,6 +636,24 @@ def test_random_chains_match_tvm(tmp_path):
         assert result["cases"] >= CI_CHAINS - 2, result  # TVM-only's failures must not hollow the test out
         assert not result["mismatches"], "\n".join(f"{numerics}: {spec!r} max diff {d}"
                                                     for spec, d in result["mismatches"])
+
+
+def fused_pad_convs(specs) -> dict:
+    """Counts of the conv forms issue 19 was about among ``specs``' ops."""
+    convs = [op for spec in specs for op in spec.ops if op["op"] == "conv2d"]
+    front = [op for op in convs if op.get("pad")]
+    return {"convs": len(convs), "nn.pad in front": len(front),
+            "1xN/Nx1 behind an nn.pad": sum(1 in op["kernel"] and max(op["kernel"]) > 1 for op in front),
+            "asymmetric nn.pad": sum(op["pad"][0] != op["pad"][1] or op["pad"][2] != op["pad"][3] for op in front)}
+
+
+def test_chains_draw_convs_behind_an_nn_pad():
+    """The strategies draw what PyTorch's importer emits (issue 19): an nn.pad in front of 1xN / Nx1
+    convs, symmetric and not. Drawing only, no build."""
+    specs = [spec for batch, _ in fuzz_batches(200, 50, seed=0) for spec in batch]
+    counts = fused_pad_convs(specs)
+    assert len(specs) == 200
+    assert counts["1xN/Nx1 behind an nn.pad"] >= 5 and counts["asymmetric nn.pad"] >= 5, counts
 
 
 def test_make_fuzz_adds_up_its_processes(tmp_path):

@@ -57,8 +57,8 @@ def scales(c: Conv, per_channel: bool):
     return np.linspace(0.004, 0.02, c.out_c).astype("float32") if per_channel else np.float32(0.01)
 
 
-def build(cases: Cases, rng, c: Conv, numerics: str):
-    x = cases.var(nchw_or_nhwc(c.layout, 1, c.in_c, 7, 6), c.dtype, rng)
+def build(cases: Cases, rng, c: Conv, numerics: str, size: tuple = (7, 6)):
+    x = cases.var(nchw_or_nhwc(c.layout, 1, c.in_c, *size), c.dtype, rng)
     if c.pad is not None:
         widths = [(0, 0), (0, 0), *c.pad] if c.layout == "NCHW" else [(0, 0), *c.pad, (0, 0)]
         x = relay.nn.pad(x, widths, pad_value=c.pad_value)
@@ -168,3 +168,51 @@ def test_unsupported_conv_forms_stay_in_tvm(rng):
     assert not report.stayed_ops, str(report)
     kernels = str(refcg_functions(partitioned)[0][1])
     assert 'Composite="refcg.conv2d"' in kernels and 'Composite="refcg.requantize"' in kernels
+
+
+# Inception-v3's convolutions (issue 19): 1xN / Nx1 kernels padded per axis, PyTorch's import puts that
+# padding in an nn.pad in front of the conv. Every kernel shape with the pad in each place it can be
+# (nn.pad symmetric per axis as the importer writes it, nn.pad asymmetric, the conv's own padding, both),
+# strides 1 and 2, odd input sizes, channel counts that take the GEMM (groups 1) and depthwise kernels.
+PAD_KERNELS = [(1, 3), (3, 1), (1, 7), (7, 1), (3, 3), (5, 5), (1, 5), (2, 3)]
+PAD_PLACES = {  # (nn.pad (H, W) widths, conv padding (top, left, bottom, right)) for kernel (kh, kw)
+    "nn.pad": lambda kh, kw: (((kh // 2,) * 2, (kw // 2,) * 2), (0, 0, 0, 0)),
+    "nn.pad asymmetric": lambda kh, kw: (((kh - 1, 0), (0, kw - 1)), (0, 0, 0, 0)),
+    "conv padding": lambda kh, kw: (None, (kh // 2, kw // 2, kh // 2, kw // 2)),
+    "both": lambda kh, kw: (((kh // 2, 0), (0, kw // 2)), (0, kw // 2, kh // 2, 0)),
+}
+PAD_SIZES = [(17, 17), (9, 13), (35, 35)]
+KERNEL_LAYOUTS = {"NCHW": "OIHW", "NHWC": "HWIO"}
+
+
+def padded_conv_cases(numerics: str):
+    """(Conv, input (H, W)) cases: each kernel shape meets each pad place and both strides."""
+    cases = []
+    for i, (kh, kw) in enumerate(PAD_KERNELS):
+        for j, place in enumerate(PAD_PLACES):
+            pad, padding = PAD_PLACES[place](kh, kw)
+            stride = 1 + (i + j) % 2
+            layout = ("NCHW", "NHWC")[(i + j // 2) % 2]
+            depthwise = (i + j) % 4 == 3
+            zps = (0, 0) if j % 2 == 0 else ((-3, 0) if layout == "NCHW" else (0, 0))
+            c = Conv(layout=layout, kernel_layout=KERNEL_LAYOUTS[layout], dtype="uint8" if j % 2 == 0 else "int8",
+                     in_c=8 if depthwise else 12, out_c=8 if depthwise else 20, groups=8 if depthwise else 1,
+                     kernel=(kh, kw), strides=(stride, stride), padding=padding, zps=zps, pad=pad,
+                     pad_value=0.0 if pad is None else float(zps[0]), per_channel=True,
+                     clip=(0, 255) if j % 2 == 0 else None, out="uint8" if j % 2 == 0 else "int8")
+            cases.append((c, PAD_SIZES[(i + j) % len(PAD_SIZES)]))
+    # the geometry is swept under llvm; TONEAREST changes only the requantize (one case per kernel
+    # shape), the float32 target also TVM-only's conv lowering (two per kernel shape)
+    return cases[:: {"llvm": 1, "float32": 2, "tonearest": 4}[numerics]]
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "tonearest", "float32"])
+def test_padded_1xn_nx1_convs_match_tvm(tmp_path, rng, numerics):
+    cases = Cases()
+    sweep = padded_conv_cases(numerics)
+    for c, size in sweep:
+        build(cases, rng, c, numerics, size)
+    partitioned = cases.compare(tmp_path, numerics)
+    kernels = [ops for partition in offload_report(partitioned).partitions.values() for _, ops in partition]
+    assert len(kernels) == len(sweep), kernels  # every nn.pad fused into its conv
+    assert sum(ops[0] == "nn.pad" for ops in kernels) == sum(c.pad is not None for c, _ in sweep), kernels

@@ -22,6 +22,12 @@ SWEEP = [
     ("avg", "NCHW", "int8", (2, 6, 6), dict(pool_size=(2, 2), strides=(2, 2))),
     ("avg", "NHWC", "int8", (3, 9, 9), dict(pool_size=(3, 2), strides=(1, 2), dilation=(2, 1), padding=(2, 1),
                                            ceil_mode=True)),
+    # Inception-v3 (issue 19): 3x3 stride-1 pad-1 averages, 3x3 stride-2 max pools on odd sizes
+    ("avg", "NCHW", "uint8", (16, 35, 35), dict(pool_size=(3, 3), padding=(1, 1), count_include_pad=True)),
+    ("avg", "NCHW", "uint8", (8, 17, 17), dict(pool_size=(3, 3), padding=(1, 1, 1, 1), count_include_pad=True)),
+    ("max", "NCHW", "uint8", (4, 147, 147), dict(pool_size=(3, 3), strides=(2, 2))),
+    ("max", "NCHW", "uint8", (8, 71, 71), dict(pool_size=(3, 3), strides=(2, 2))),
+    ("max", "NHWC", "uint8", (8, 35, 35), dict(pool_size=(3, 3), strides=(2, 2))),
     ("global", "NCHW", "int8", (6, 5, 7), {}),
     ("global", "NHWC", "uint8", (4, 3, 3), {}),
 ]

@@ -49,6 +49,12 @@ def test_concatenate_matches_tvm(tmp_path, rng):
     cases.add(concatenate([c, k, d], [(0.05, 128), (0.5, 120), (0.05, 128)], (0.05, 128), axis=-1))
     e, f = cases.var((3, 4), "int8", rng), cases.var((2, 4), "int8", rng)
     cases.add(concatenate([e, f, e], [(0.1, 0)] * 3, (0.1, 0), axis=0))  # equal qparams: a plain copy
+    # Inception-v3's block outputs (issue 19): four uint8 branches, zero points 0, the widest range's
+    # scale is the output's (that branch is copied, the others requantized), nested in the next one
+    branches = [cases.var((1, ch, 7, 7), "uint8", rng) for ch in (4, 6, 6, 3)]
+    scales = [(0.27, 0), (0.11, 0), (0.3137, 0), (0.05, 0)]
+    inner = concatenate(branches[1:3], scales[1:3], (0.3137, 0), axis=1)
+    cases.add(concatenate([branches[0], inner, branches[3]], [scales[0], (0.3137, 0), scales[3]], (0.3137, 0), axis=1))
     cases.compare(tmp_path)
 
 
