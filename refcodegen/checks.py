@@ -266,13 +266,13 @@ def check_qparams(scale, zero_point, dtype: str, what: str) -> str | None:
     return reason
 
 
-def check_tensor(expr, what: str, dtypes=QUANT_DTYPES, max_rank: int = 6) -> str | None:
+def check_tensor(expr, what: str, dtypes=QUANT_DTYPES, max_rank: int = 6, min_rank: int = 1) -> str | None:
     shape = static_shape(expr)
     if shape is None:
         return f"{what} shape must be static"
-    if not 1 <= len(shape) <= max_rank:
-        return f"{what} rank {len(shape)} is not between 1 and {max_rank}"
-    if min(shape) <= 0:
+    if not min_rank <= len(shape) <= max_rank:
+        return f"{what} rank {len(shape)} is not between {min_rank} and {max_rank}"
+    if min(shape, default=1) <= 0:
         return f"{what} is zero-sized"
     if check_elements(shape, what):
         return check_elements(shape, what)
@@ -374,7 +374,9 @@ def check_binary(root) -> str | None:
     parts = binary_parts(root)
     call = parts["op"]
     lhs, rhs, lhs_scale, lhs_zp, rhs_scale, rhs_zp, out_scale, out_zp = call.args
-    reason = first_reason(check_tensor(lhs, "lhs"), check_tensor(rhs, "rhs"), check_tensor(call, "output"))
+    # a rank-0 operand (TFLite's hard-swish and x/6 constants) broadcasts like shape (1,)
+    reason = first_reason(check_tensor(lhs, "lhs", min_rank=0), check_tensor(rhs, "rhs", min_rank=0),
+                          check_tensor(call, "output"))
     if reason:
         return reason
     out_dtype = dtype_of(call)
