@@ -577,3 +577,149 @@ def check_float_softmax(root) -> str | None:
     if int(softmax.attrs.axis) % rank != rank - 1:
         return f"float softmax over axis {int(softmax.attrs.axis)}, not the last one (TVM schedules it differently)"
     return None
+
+
+REDUCE_OPS = ("mean", "sum", "nn.adaptive_avg_pool2d", "nn.global_avg_pool2d")
+
+
+def reduce_parts(root) -> dict:
+    """(cast(...))? <- mean|sum|adaptive/global avg pool <- cast(x, int32), split into its calls."""
+    out_cast = root if op_name(root) == "cast" else None
+    reduce = root.args[0] if out_cast is not None else root
+    inner_cast = reduce.args[0]
+    return {"out_cast": out_cast, "reduce": reduce, "inner_cast": inner_cast, "data": inner_cast.args[0],
+            "out": root}
+
+
+def reduce_axes(reduce) -> list[int]:
+    """The input axes a matched reduction sums over, sorted."""
+    shape = static_shape(reduce.args[0])
+    rank = len(shape)
+    if op_name(reduce) in ("mean", "sum"):
+        axes = list(range(rank)) if reduce.attrs.axis is None else sorted(int(a) % rank for a in reduce.attrs.axis)
+        return [a for a in range(rank) if a not in axes] if bool(reduce.attrs.exclude) else axes
+    layout = str(reduce.attrs.layout)
+    return sorted(layout.index(axis) for axis in "HW")
+
+
+def check_reduce(root) -> str | None:
+    """A sum or mean of an 8-bit tensor computed in int32 (the cast-int32 forms of TFLite MEAN and
+    PyTorch's quantized adaptive_avg_pool2d), optionally cast back to an integer type."""
+    parts = reduce_parts(root)
+    reduce, data = parts["reduce"], parts["data"]
+    reason = first_reason(check_tensor(data, "reduce input", dtypes=QUANT_DTYPES + ("int16",)),
+                          check_tensor(parts["out"], "reduce output", dtypes=REQUANTIZE_DTYPES, min_rank=0))
+    if reason:
+        return reason
+    if dtype_of(parts["inner_cast"]) != "int32" or dtype_of(reduce) != "int32":
+        return f"{op_name(reduce)} computed in {dtype_of(reduce)}, not int32"
+    if op_name(reduce) in ("nn.adaptive_avg_pool2d", "nn.global_avg_pool2d"):
+        attrs = reduce.attrs
+        if str(attrs.layout) not in POOL_LAYOUTS or str(getattr(attrs, "out_layout", "")) not in ("", attrs.layout):
+            return f"pool layout {attrs.layout} is not supported"
+        out_shape = static_shape(reduce)
+        if len(out_shape) != 4 or any(out_shape[str(attrs.layout).index(a)] != 1 for a in "HW"):
+            return f"{op_name(reduce)} output {out_shape} is not 1x1"
+    axes = reduce_axes(reduce)
+    if not axes or axes != list(range(axes[0], axes[-1] + 1)):
+        return f"reduction over axes {axes}, not one contiguous run"
+    shape = static_shape(data)
+    count = math.prod(shape[a] for a in axes)
+    lo, hi = DTYPE_RANGE[dtype_of(data)]
+    if count * max(abs(lo), hi) > INT32_MAX:
+        return f"int32 sum over {count} elements can overflow"
+    return None
+
+
+COPY_OPS = ("reshape", "squeeze", "expand_dims", "nn.batch_flatten", "transpose", "layout_transform",
+            "strided_slice", "nn.pad", "clip", "maximum", "minimum")
+RESHAPE_OPS = ("reshape", "squeeze", "expand_dims", "nn.batch_flatten")
+
+
+def copy_data(call):
+    """The tensor operand of a matched data-movement or clamp op (maximum/minimum: the non-constant one)."""
+    if op_name(call) in ("maximum", "minimum") and isinstance(call.args[0], relay.Constant):
+        return call.args[1]
+    return call.args[0]
+
+
+def copy_bound(call) -> int:
+    """The constant of maximum/minimum as an integer."""
+    other = call.args[0] if isinstance(call.args[0], relay.Constant) else call.args[1]
+    return int(const_value(other).reshape(-1)[0])
+
+
+def check_copy(call) -> str | None:
+    """Data movement and clamping of one integer tensor: nothing is rounded, TVM's result is reproduced."""
+    op, data = op_name(call), copy_data(call)
+    if isinstance(data, relay.Constant):
+        return f"{op} of a constant (TVM folds it)"
+    dtypes = QUANT_DTYPES if op in ("clip", "maximum", "minimum") else REQUANTIZE_DTYPES
+    reason = first_reason(check_tensor(data, f"{op} input", dtypes=dtypes, min_rank=0),
+                          check_tensor(call, f"{op} output", dtypes=dtypes))
+    if reason:
+        return reason
+    if dtype_of(data) != dtype_of(call):
+        return f"{op} changes dtype"
+    if op == "clip":
+        return check_clip(call, dtype_of(call))
+    if op in ("maximum", "minimum"):
+        bound = const_value(call.args[0] if isinstance(call.args[0], relay.Constant) else call.args[1])
+        if bound.size != 1 or bound.dtype != np.dtype(dtype_of(data)):
+            return f"{op} operand is not a scalar {dtype_of(data)} constant"
+        return None
+    if op == "layout_transform":
+        src, dst = str(call.attrs.src_layout), str(call.attrs.dst_layout)
+        if sorted(src) != sorted(dst) or not src.isalpha() or not src.isupper():
+            return f"layout_transform {src} -> {dst} is not a permutation of plain axes"
+    if op == "strided_slice":
+        return check_strided_slice(call)
+    if op == "nn.pad":
+        value = const_value(call.args[1])
+        lo, hi = DTYPE_RANGE[dtype_of(data)]
+        if str(call.attrs.pad_mode) != "constant":
+            return f"pad mode {call.attrs.pad_mode} is not constant"
+        if value is None or value.size != 1 or not float(value.reshape(-1)[0]).is_integer() or \
+                not lo <= float(value.reshape(-1)[0]) <= hi:
+            return f"pad value is not a constant integer in the {dtype_of(data)} range"
+        if any(int(w) < 0 for pair in call.attrs.pad_width for w in pair):
+            return "negative pad width"
+    return None
+
+
+def strided_slice_spec(call) -> tuple[list[int], list[int]] | None:
+    """(begin, step) per input axis of a strided_slice, or None when not static."""
+    attrs = call.attrs
+    shape, out = static_shape(call.args[0]), static_shape(call)
+    if attrs.begin is None or any(not isinstance(b, (int, tvm.tir.IntImm)) for b in attrs.begin):
+        return None
+    rank = len(shape)
+    axes = list(range(rank)) if attrs.axes is None else [int(a) % rank for a in attrs.axes]
+    strides = [1] * len(axes) if attrs.strides is None or len(attrs.strides) == 0 else [int(s) for s in attrs.strides]
+    if len(strides) == 1:
+        strides = strides * len(axes)
+    begin, step = [0] * rank, [1] * rank
+    for i, axis in enumerate(axes):
+        if i >= len(attrs.begin):
+            break
+        b, s = int(attrs.begin[i]), strides[i]
+        dim = shape[axis]
+        b = b + dim if b < 0 else b
+        begin[axis] = min(max(b, 0), dim - 1 if s < 0 else dim)
+        step[axis] = s
+    for axis in range(rank):
+        last = begin[axis] + (out[axis] - 1) * step[axis]
+        if out[axis] > 0 and not 0 <= last < shape[axis]:
+            return None
+    return begin, step
+
+
+def check_strided_slice(call) -> str | None:
+    if str(call.attrs.slice_mode) != "end":
+        return f"strided_slice slice_mode {call.attrs.slice_mode}"
+    spec = strided_slice_spec(call)
+    if spec is None:
+        return "strided_slice bounds are not static or not understood"
+    if min(spec[1]) <= 0:
+        return "strided_slice with a negative stride"
+    return None

@@ -81,6 +81,25 @@ def pool_pattern():
     return is_op("nn.max_pool2d")(wildcard()) | is_op("cast")(average)
 
 
+def reduce_patterns():
+    """A sum or mean in int32 of a cast 8-bit tensor, with the cast back, then without."""
+    to_int32 = is_op("cast")(wildcard())
+    reduced = [is_op(name)(to_int32) for name in checks.REDUCE_OPS]
+    reduced = reduced[0] | reduced[1] | reduced[2] | reduced[3]
+    return [is_op("cast")(reduced), reduced]
+
+
+def copy_pattern():
+    """One data-movement or clamp op (maximum/minimum with a constant on either side)."""
+    unary = [is_op(name)(wildcard()) for name in checks.COPY_OPS if name not in ("nn.pad", "maximum", "minimum")]
+    pattern = is_op("nn.pad")(wildcard(), is_constant())
+    for name in ("maximum", "minimum"):
+        pattern = pattern | is_op(name)(wildcard(), is_constant()) | is_op(name)(is_constant(), wildcard())
+    for op in unary:
+        pattern = pattern | op
+    return pattern
+
+
 def concatenate_pattern(inputs: int):
     return is_op("qnn.concatenate")(
         is_tuple([wildcard() for _ in range(inputs)]), is_tuple(constants(inputs)), is_tuple(constants(inputs)),
@@ -198,6 +217,9 @@ KERNEL_FAMILIES = [
      lambda e: checks.check_quantize(e) or DEQUANTIZE_USES.reason(e), lambda e: e),
     # last: a requantize after a conv or dense belongs to that kernel's epilogue
     ("requantize", requantize_pattern, checks.check_requantize_alone, lambda e: checks.epilogue_parts(e)["requantize"]),
+    # after pool2d (its cast-avg-cast form) and the families whose patterns start or end in these ops
+    ("reduce", reduce_patterns, checks.check_reduce, lambda e: checks.reduce_parts(e)["reduce"]),
+    ("copy", copy_pattern, checks.check_copy, lambda e: e),
 ]
 
 
