@@ -631,7 +631,7 @@ def check_reduce(root) -> str | None:
     return None
 
 
-COPY_OPS = ("reshape", "squeeze", "expand_dims", "nn.batch_flatten", "transpose", "layout_transform",
+COPY_OPS = ("cast", "reshape", "squeeze", "expand_dims", "nn.batch_flatten", "transpose", "layout_transform",
             "strided_slice", "nn.pad", "clip", "maximum", "minimum")
 RESHAPE_OPS = ("reshape", "squeeze", "expand_dims", "nn.batch_flatten")
 
@@ -659,7 +659,7 @@ def check_copy(call) -> str | None:
                           check_tensor(call, f"{op} output", dtypes=dtypes))
     if reason:
         return reason
-    if dtype_of(data) != dtype_of(call):
+    if dtype_of(data) != dtype_of(call) and op != "cast":
         return f"{op} changes dtype"
     if op == "clip":
         return check_clip(call, dtype_of(call))

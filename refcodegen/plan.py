@@ -334,7 +334,7 @@ def _copy_view(call, shape) -> dict:
     strides = _compact_strides(shape)
     view = {"out_shape": list(out), "in_stride": strides, "pad_before": [0] * len(out), "in_shape": list(shape),
             "offset": 0}
-    if op in checks.RESHAPE_OPS or op in ("clip", "maximum", "minimum"):
+    if op in checks.RESHAPE_OPS or op in ("cast", "clip", "maximum", "minimum"):
         # compact in and out, same element order: one flat run
         size = int(np.prod(out, dtype=np.int64))
         return {"out_shape": [size], "in_stride": [1], "pad_before": [0], "in_shape": [size], "offset": 0}
@@ -362,10 +362,11 @@ def _copy_view(call, shape) -> dict:
 
 
 def plan_copy(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
-    """Reshape-like ops, transpose, layout_transform, strided_slice, nn.pad, clip, maximum, minimum."""
+    """Integer casts, reshape-like ops, transpose, layout_transform, strided_slice, nn.pad, clip, maximum,
+    minimum."""
     call = func.body
     op = checks.op_name(call)
-    lo, hi = DTYPE_RANGE[dst.dtype]
+    lo, hi = DTYPE_RANGE["int32" if op == "cast" else dst.dtype]  # a cast wraps, it does not saturate
     if op == "clip":
         lo, hi = _out_range(dst.dtype, call)
     elif op == "maximum":
@@ -373,7 +374,8 @@ def plan_copy(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, 
     elif op == "minimum":
         hi = min(hi, checks.copy_bound(call))
     src = _operands(func, srcs, [checks.copy_data(call)])[0]
-    params = {**_copy_view(call, src.shape), "dtype": DTYPE_CODE[dst.dtype], "lo": lo, "hi": hi, "ops": op,
+    params = {**_copy_view(call, src.shape), "in_dtype": DTYPE_CODE[src.dtype], "out_dtype": DTYPE_CODE[dst.dtype],
+              "lo": lo, "hi": hi, "ops": op,
               "pad_value": int(float(checks.const_value(call.args[1]).reshape(-1)[0])) if op == "nn.pad" else 0}
     return Kernel(name, [src], dst, params, "copy.c.j2")
 

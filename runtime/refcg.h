@@ -189,7 +189,8 @@ REFCG_API int refcg_reduce_ref(const refcg_reduce_params* p, const void* input, 
 
 /* Data movement and clamping on one tensor (reshape, transpose, strided_slice, nn.pad, clip...):
  * out[i] = clamp(in[offset + sum_k (i_k - pad_before_k) * in_stride_k]), or pad_value where
- * some i_k - pad_before_k falls outside [0, in_shape_k). Up to 6 dimensions, same dtype in and out. */
+ * some i_k - pad_before_k falls outside [0, in_shape_k). Up to 6 dimensions; a cast stores another
+ * dtype (narrowing wraps, as TVM's cast). */
 #define REFCG_COPY_MAX_DIMS 6
 typedef struct {
   int32_t ndim;
@@ -198,7 +199,7 @@ typedef struct {
   int64_t pad_before[REFCG_COPY_MAX_DIMS];
   int64_t in_shape[REFCG_COPY_MAX_DIMS];
   int64_t offset;
-  int32_t dtype;
+  int32_t in_dtype, out_dtype;
   int32_t pad_value, lo, hi;
 } refcg_copy_params;
 

@@ -1,7 +1,7 @@
 /*
  * Portable scalar kernels for the glue between quantized layers: int32 reductions (mean, sum,
  * adaptive/global average pooling in the cast-int32 form) and data movement with an optional
- * clamp (reshape-like ops, transpose, layout_transform, strided_slice, nn.pad, clip, maximum,
+ * clamp or cast (reshape-like ops, transpose, layout_transform, strided_slice, nn.pad, clip, maximum,
  * minimum). They move or sum integers: nothing to round, so TVM's results are reproduced exactly.
  */
 #include "refcg.h"
@@ -34,8 +34,8 @@ REFCG_API int refcg_copy_ref(const refcg_copy_params* p, const void* input, void
       inside &= j >= 0 && j < p->in_shape[k];
       at += j * p->in_stride[k];
     }
-    const int32_t v = inside ? refcg_load(input, at, p->dtype) : p->pad_value;
-    refcg_store(output, i, p->dtype, refcg_clamp(v, p->lo, p->hi));
+    const int32_t v = inside ? refcg_load(input, at, p->in_dtype) : p->pad_value;
+    refcg_store(output, i, p->out_dtype, refcg_clamp(v, p->lo, p->hi));
     for (int32_t k = p->ndim - 1; k >= 0 && ++index[k] == p->out_shape[k]; --k) index[k] = 0;
   }
   return 0;

@@ -8,6 +8,7 @@ from tvm import relay
 
 from conftest import random_int
 from models import module
+from refcodegen import offload_report, partition_for_refcg
 from test_ops_common import Cases, const, qparams, stays_in_tvm
 
 
@@ -52,12 +53,15 @@ def test_data_movement_matches_tvm(tmp_path, rng):
         cases.add(relay.clip(x, 10, 100))
         cases.add(relay.clip(x, 2.5, 99.9))  # TVM truncates the bounds
         cases.add(relay.maximum(x, const(20, dtype)))
+        cases.add(relay.cast(x, "int32"), dtype="int32")
+        cases.add(relay.cast(relay.cast(x, "int32"), "int8" if dtype == "uint8" else "uint8"))  # wraps
         cases.add(relay.minimum(const(50, dtype), x))
         # channel shuffle (ShuffleNet): reshape -> transpose -> reshape
         shuffled = relay.transpose(relay.reshape(x, (1, 2, 3, 4, 5)), (0, 2, 1, 3, 4))
         cases.add(relay.reshape(shuffled, (1, 6, 4, 5)))
     w = cases.var((2, 3), "int32", rng, -1000, 1000)
     cases.add(relay.transpose(w), dtype="int32")
+    cases.add(relay.cast(w, "int8"))  # PyTorch: requantize to int32, clip, cast; here it wraps
     cases.compare(tmp_path)
 
 
@@ -86,8 +90,9 @@ def test_glue_chain_is_one_partition(tmp_path, rng):
 
 def test_glue_rejections():
     x = relay.var("x", shape=(1, 4, 5, 6), dtype="int8")
-    assert "not one contiguous run" in stays_in_tvm(module([x], relay.mean(relay.cast(x, "int32"), axis=[1, 3])),
-                                                    "mean")
+    partitioned = partition_for_refcg(module([x], relay.mean(relay.cast(x, "int32"), axis=[1, 3])))
+    report = str(offload_report(partitioned))
+    assert "not one contiguous run" in next(line for line in report.splitlines() if " mean " in line), report
     assert "not a permutation" in stays_in_tvm(module([x], relay.layout_transform(x, "NCHW", "NCHW2c")),
                                                "layout_transform")
     assert "negative stride" in stays_in_tvm(
