@@ -56,6 +56,9 @@ def test_data_movement_matches_tvm(tmp_path, rng):
         cases.add(relay.cast(x, "int32"), dtype="int32")
         cases.add(relay.cast(relay.cast(x, "int32"), "int8" if dtype == "uint8" else "uint8"))  # wraps
         cases.add(relay.minimum(const(50, dtype), x))
+        parts = relay.split(x, 3, axis=1)  # ShuffleNet's chunk: slices, each offloaded
+        cases.add(parts[0])
+        cases.add(relay.qnn.op.add(parts[1], parts[2], *qparams(0.1, 2), *qparams(0.1, 2), *qparams(0.2, 1)))
         # channel shuffle (ShuffleNet): reshape -> transpose -> reshape
         shuffled = relay.transpose(relay.reshape(x, (1, 2, 3, 4, 5)), (0, 2, 1, 3, 4))
         cases.add(relay.reshape(shuffled, (1, 6, 4, 5)))
