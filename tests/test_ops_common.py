@@ -71,6 +71,17 @@ def stays_in_tvm(mod, op: str) -> str:
     return lines[0]
 
 
+def reason_for(mod, op):
+    """The offload-report reasons for ``op`` after partitioning; the op must have stayed in TVM.
+
+    Other ops may still be offloaded (a requantize behind a rejected conv runs in refcg alone).
+    """
+    report = offload_report(partition_for_refcg(mod))
+    reasons = [reason for name, _, reason in report.stayed if name == op]
+    assert reasons, str(report)
+    return "; ".join(reasons)
+
+
 def qadd(a, b, sa=0.1, za=0, sb=0.1, zb=0, so=0.1, zo=0):
     return relay.qnn.op.add(a, b, *qparams(sa, za), *qparams(sb, zb), *qparams(so, zo))
 
