@@ -29,9 +29,11 @@ def op_name(expr) -> str | None:
 
 
 def epilogue_parts(root: relay.Call) -> dict:
-    """Split a matched chain (clip? <- requantize? <- bias? <- anchor) into its calls."""
-    parts = {"clip": None, "requantize": None, "bias": None, "anchor": None}
+    """Split a matched chain (cast? <- clip? <- requantize? <- bias? <- anchor) into its calls."""
+    parts = {"cast": None, "clip": None, "requantize": None, "bias": None, "anchor": None}
     expr = root
+    if op_name(expr) == "cast":
+        parts["cast"], expr = expr, expr.args[0]
     if op_name(expr) == "clip":
         parts["clip"], expr = expr, expr.args[0]
     if op_name(expr) == "qnn.requantize":
@@ -225,7 +227,24 @@ def check_conv2d(root) -> str | None:
     if reason:
         return reason
     if parts["clip"] is not None:
-        return check_clip(parts["clip"], req.attrs.out_dtype)
+        return check_clip(parts["clip"], req.attrs.out_dtype) or check_output_cast(parts)
+    return None
+
+
+def check_output_cast(parts: dict) -> str | None:
+    """A cast after requantize-to-int32 + clip (PyTorch's conv and linear): the kernel stores the
+    narrow type directly when the clip keeps every value inside it (the cast then changes nothing)."""
+    cast, clip = parts["cast"], parts["clip"]
+    if cast is None:
+        return None
+    if clip is None or parts["requantize"] is None:
+        return "cast without a requantize and clip in front"
+    dtype = dtype_of(cast)
+    if dtype not in QUANT_DTYPES:
+        return f"cast to {dtype} after the requantize"
+    lo, hi = DTYPE_RANGE[dtype]
+    if not lo <= int(float(clip.attrs.a_min)) <= int(float(clip.attrs.a_max)) <= hi:
+        return f"clip [{clip.attrs.a_min}, {clip.attrs.a_max}] before a cast to {dtype} lets values wrap"
     return None
 
 
@@ -326,8 +345,8 @@ def check_epilogue(parts: dict, channels: int, axis: int, rank: int, require_req
         return "no qnn.requantize after the op" if require_requantize else None
     reason = check_requantize(req, channels, axis, rank)
     if reason is None and parts["clip"] is not None:
-        return check_clip(parts["clip"], req.attrs.out_dtype)
-    return reason
+        return check_clip(parts["clip"], req.attrs.out_dtype) or check_output_cast(parts)
+    return reason or check_output_cast(parts)
 
 
 def check_dense(root) -> str | None:
@@ -654,9 +673,8 @@ def check_copy(call) -> str | None:
     op, data = op_name(call), copy_data(call)
     if isinstance(data, relay.Constant):
         return f"{op} of a constant (TVM folds it)"
-    dtypes = QUANT_DTYPES if op in ("clip", "maximum", "minimum") else REQUANTIZE_DTYPES
-    reason = first_reason(check_tensor(data, f"{op} input", dtypes=dtypes, min_rank=0),
-                          check_tensor(call, f"{op} output", dtypes=dtypes))
+    reason = first_reason(check_tensor(data, f"{op} input", dtypes=REQUANTIZE_DTYPES, min_rank=0),
+                          check_tensor(call, f"{op} output", dtypes=REQUANTIZE_DTYPES))
     if reason:
         return reason
     if dtype_of(data) != dtype_of(call) and op != "cast":

@@ -38,13 +38,14 @@ def constant_subgraph(depth: int = 3):
 
 
 def conv2d_patterns(padded: bool = False):
-    """With a clip, then without, then the accumulator kept (no requantize): MergeComposite does
-    not retry a smaller match at the same ops. ``padded``: an ``nn.pad`` in front, fused."""
+    """With a clip and a cast (PyTorch), a clip, then without, then the accumulator kept (no
+    requantize): MergeComposite does not retry a smaller match at the same ops. ``padded``: an ``nn.pad`` in front, fused."""
     data = is_op("nn.pad")(wildcard(), is_constant()) if padded else wildcard()
     conv = is_op("qnn.conv2d")(data, constant_subgraph(), *constants(4))
     biased = conv.optional(bias_of)
     requantized = requantize_of(biased)
-    return [is_op("clip")(requantized), requantized, biased]
+    clipped = is_op("clip")(requantized)
+    return [is_op("cast")(clipped), clipped, requantized, biased]
 
 
 def constants(n: int) -> list:
@@ -66,7 +67,9 @@ def dense_pattern():
     flat = is_op("reshape")(data) | is_op("nn.batch_flatten")(data)
     dense = is_op("qnn.dense")(flat | data, constant_subgraph(), *constants(4))
     biased = dense.optional(bias_of)
-    return requantize_of(biased).optional(lambda x: is_op("clip")(x)) | biased
+    clipped = is_op("clip")(requantize_of(biased))
+    # a list: a rejected cast leaves the clipped match to the next pattern
+    return [is_op("cast")(clipped), clipped | requantize_of(biased) | biased]
 
 
 def binary_pattern():

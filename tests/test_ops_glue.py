@@ -7,6 +7,7 @@ from tvm import relay
 
 from conftest import random_int
 from models import module
+from refcodegen import offload_report
 from refcodegen.partition import refcg_functions
 from test_ops_common import Cases, const, qparams, reason_for, stays_in_tvm
 
@@ -99,3 +100,29 @@ def test_glue_rejections():
                                       "nn.pad")
     f = relay.var("f", shape=(2, 3), dtype="float32")
     assert "dtype float32" in stays_in_tvm(module([f], relay.reshape(f, (3, 2))), "reshape")
+
+
+def test_pytorch_epilogue_cast_is_fused(tmp_path, rng):
+    """PyTorch's conv and linear: requantize to int32 -> clip -> cast(uint8). The cast joins the conv or
+    dense kernel, which stores uint8 directly; a clip wider than the cast's type keeps the cast apart."""
+    cases = Cases()
+    x = cases.var((1, 4, 6, 6), "uint8", rng)
+    w = relay.const(random_int(rng, (5, 4, 3, 3), "int8"))
+    y = relay.qnn.op.conv2d(x, w, const(60, "int32"), const(0, "int32"), const(0.05), const(0.02), kernel_size=(3, 3),
+                            channels=5, padding=(1, 1))
+    y = relay.qnn.op.requantize(y, const(0.001), const(0, "int32"), const(0.03), const(7, "int32"), out_dtype="int32")
+    cases.add(relay.cast(relay.clip(y, 0, 255), "uint8"))
+    d = cases.var((2, 12), "uint8", rng)
+    weight = random_int(rng, (7, 12), "int8")
+
+    def linear():
+        z = relay.qnn.op.dense(d, relay.const(weight), const(3, "int32"), const(0, "int32"), const(0.05), const(0.02),
+                               units=7)
+        return relay.qnn.op.requantize(z, const(0.001), const(0, "int32"), const(0.004), const(60, "int32"),
+                                       out_dtype="int32")
+
+    cases.add(relay.cast(relay.clip(linear(), 0, 255), "uint8"))
+    cases.add(relay.cast(relay.clip(linear(), -300, 300), "int8"))  # wraps: the cast runs on its own
+    partitioned = cases.compare(tmp_path)
+    kinds = [composite for kernels in offload_report(partitioned).partitions.values() for composite, _ in kernels]
+    assert sorted(kinds) == ["refcg.conv2d", "refcg.copy", "refcg.dense", "refcg.dense"], kinds
