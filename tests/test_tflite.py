@@ -63,6 +63,13 @@ def test_mobilenet_v2_reduced(tmp_path):
     assert not report.stayed_ops  # TFLite MEAN (cast -> mean -> qnn.requantize) included: refcg.reduce
 
 
+def test_mobilenet_v3_small_reduced(tmp_path):
+    """Hard-swish, squeeze-excite (MEAN in int32, rank-0 qnn.add/mul of the hard sigmoid): all in one partition."""
+    _, report = check(tmp_path, "mobilenet_v3_small", partitions=1, cut="expanded_conv_3_squeeze_excite_mul")
+    assert report.qnn_fraction() == 1.0
+    assert not report.stayed_ops, str(report)
+
+
 def test_several_inputs_and_outputs(tmp_path):
     model, _ = check(tmp_path, "two_io", partitions=None)
     assert sorted((shape, dtype) for shape, dtype in model.inputs.values()) == [((1, 8), "int8"),
