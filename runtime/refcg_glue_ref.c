@@ -4,6 +4,8 @@
  * clamp or cast (reshape-like ops, transpose, layout_transform, strided_slice, nn.pad, clip, maximum,
  * minimum). They move or sum integers: nothing to round, so TVM's results are reproduced exactly.
  */
+#include <string.h>
+
 #include "refcg.h"
 
 REFCG_API int refcg_reduce_ref(const refcg_reduce_params* p, const void* input, void* output) {
@@ -21,10 +23,24 @@ REFCG_API int refcg_reduce_ref(const refcg_reduce_params* p, const void* input, 
   return 0;
 }
 
+/* Bytes per element when the copy is a plain memcpy (one compact run, same dtype, no clamp), else 0. */
+static int64_t refcg_copy_plain(const refcg_copy_params* p) {
+  static const int32_t lo[] = {-128, 0, INT32_MIN, -32768}, hi[] = {127, 255, INT32_MAX, 32767};
+  static const int64_t bytes[] = {1, 1, 4, 2};
+  const int32_t t = p->in_dtype;
+  if (p->ndim != 1 || p->in_stride[0] != 1 || p->pad_before[0] != 0 || t != p->out_dtype || t < 0 || t > 3) return 0;
+  return p->lo <= lo[t] && p->hi >= hi[t] ? bytes[t] : 0;
+}
+
 REFCG_API int refcg_copy_ref(const refcg_copy_params* p, const void* input, void* output) {
   if (p->ndim < 1 || p->ndim > REFCG_COPY_MAX_DIMS) return -1;
   int64_t total = 1;
   for (int32_t k = 0; k < p->ndim; ++k) total *= p->out_shape[k];
+  const int64_t plain = refcg_copy_plain(p);
+  if (plain) { /* reshape-like ops */
+    memcpy(output, (const char*)input + p->offset * plain, (size_t)(total * plain));
+    return 0;
+  }
   int64_t index[REFCG_COPY_MAX_DIMS] = {0};
   for (int64_t i = 0; i < total; ++i) {
     int64_t at = p->offset;
