@@ -713,21 +713,23 @@ def strided_slice_spec(call) -> tuple[list[int], list[int]] | None:
         return None
     rank = len(shape)
     axes = list(range(rank)) if attrs.axes is None else [int(a) % rank for a in attrs.axes]
-    strides = [1] * len(axes) if attrs.strides is None or len(attrs.strides) == 0 else [int(s) for s in attrs.strides]
-    if len(strides) == 1:
-        strides = strides * len(axes)
-    begin, step = [0] * rank, [1] * rank
+    given = [] if attrs.strides is None else [int(s) for s in attrs.strides]
+    strides = given + [1] * (len(axes) - len(given))  # TVM takes a missing stride as 1
+    begin, step, end = [0] * rank, [1] * rank, list(shape)
+    ends = [] if attrs.end is None else list(attrs.end)
     for i, axis in enumerate(axes):
         if i >= len(attrs.begin):
             break
-        b, s = int(attrs.begin[i]), strides[i]
-        dim = shape[axis]
-        b = b + dim if b < 0 else b
-        begin[axis] = min(max(b, 0), dim - 1 if s < 0 else dim)
+        dim, s = shape[axis], strides[i]
+        b = int(attrs.begin[i])
+        begin[axis] = min(max(b + dim if b < 0 else b, 0), dim)
+        if i < len(ends) and isinstance(ends[i], (int, tvm.tir.IntImm)):
+            e = int(ends[i])
+            end[axis] = min(max(e + dim if e < 0 else e, 0), dim)
         step[axis] = s
     for axis in range(rank):
-        last = begin[axis] + (out[axis] - 1) * step[axis]
-        if out[axis] > 0 and not 0 <= last < shape[axis]:
+        # this reading of the attributes must give the inferred shape, else TVM reads them differently
+        if step[axis] <= 0 or out[axis] != max(0, -(-(end[axis] - begin[axis]) // step[axis])):
             return None
     return begin, step
 
@@ -735,9 +737,9 @@ def strided_slice_spec(call) -> tuple[list[int], list[int]] | None:
 def check_strided_slice(call) -> str | None:
     if str(call.attrs.slice_mode) != "end":
         return f"strided_slice slice_mode {call.attrs.slice_mode}"
-    spec = strided_slice_spec(call)
-    if spec is None:
-        return "strided_slice bounds are not static or not understood"
-    if min(spec[1]) <= 0:
+    attrs = call.attrs
+    if attrs.strides is not None and any(int(s) <= 0 for s in attrs.strides):
         return "strided_slice with a negative stride"
+    if strided_slice_spec(call) is None:
+        return "strided_slice bounds are not static or not understood"
     return None

@@ -47,6 +47,7 @@ def test_data_movement_matches_tvm(tmp_path, rng):
         cases.add(relay.layout_transform(x, "NCHW", "NHWC"))
         cases.add(relay.strided_slice(x, begin=[0, 1, 0, 1], end=[1, 6, 4, 5], strides=[1, 2, 3, 2]))
         cases.add(relay.strided_slice(x, begin=[-3], end=[100], axes=[1]))
+        cases.add(relay.strided_slice(x, begin=[0, 1], end=[1, 5], strides=[2]))  # strides shorter than begin
         cases.add(relay.nn.pad(x, ((0, 0), (0, 0), (1, 2), (2, 1)), pad_value=const(-5 if dtype == "int8" else 7,
                                                                                    dtype)))
         cases.add(relay.nn.pad(x, ((0, 1), (1, 0), (0, 0), (0, 0)), pad_value=3))
