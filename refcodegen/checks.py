@@ -29,9 +29,11 @@ def op_name(expr) -> str | None:
 
 
 def epilogue_parts(root: relay.Call) -> dict:
-    """Split a matched chain (clip? <- requantize? <- bias? <- anchor) into its calls."""
-    parts = {"clip": None, "requantize": None, "bias": None, "anchor": None}
+    """Split a matched chain (cast? <- clip? <- requantize? <- bias? <- anchor) into its calls."""
+    parts = {"cast": None, "clip": None, "requantize": None, "bias": None, "anchor": None}
     expr = root
+    if op_name(expr) == "cast":
+        parts["cast"], expr = expr, expr.args[0]
     if op_name(expr) == "clip":
         parts["clip"], expr = expr, expr.args[0]
     if op_name(expr) == "qnn.requantize":
@@ -225,7 +227,24 @@ def check_conv2d(root) -> str | None:
     if reason:
         return reason
     if parts["clip"] is not None:
-        return check_clip(parts["clip"], req.attrs.out_dtype)
+        return check_clip(parts["clip"], req.attrs.out_dtype) or check_output_cast(parts)
+    return None
+
+
+def check_output_cast(parts: dict) -> str | None:
+    """A cast after requantize-to-int32 + clip (PyTorch's conv and linear): the kernel stores the
+    narrow type directly when the clip keeps every value inside it (the cast then changes nothing)."""
+    cast, clip = parts["cast"], parts["clip"]
+    if cast is None:
+        return None
+    if clip is None or parts["requantize"] is None:
+        return "cast without a requantize and clip in front"
+    dtype = dtype_of(cast)
+    if dtype not in QUANT_DTYPES:
+        return f"cast to {dtype} after the requantize"
+    lo, hi = DTYPE_RANGE[dtype]
+    if not lo <= int(float(clip.attrs.a_min)) <= int(float(clip.attrs.a_max)) <= hi:
+        return f"clip [{clip.attrs.a_min}, {clip.attrs.a_max}] before a cast to {dtype} lets values wrap"
     return None
 
 
@@ -266,13 +285,13 @@ def check_qparams(scale, zero_point, dtype: str, what: str) -> str | None:
     return reason
 
 
-def check_tensor(expr, what: str, dtypes=QUANT_DTYPES, max_rank: int = 6) -> str | None:
+def check_tensor(expr, what: str, dtypes=QUANT_DTYPES, max_rank: int = 6, min_rank: int = 1) -> str | None:
     shape = static_shape(expr)
     if shape is None:
         return f"{what} shape must be static"
-    if not 1 <= len(shape) <= max_rank:
-        return f"{what} rank {len(shape)} is not between 1 and {max_rank}"
-    if min(shape) <= 0:
+    if not min_rank <= len(shape) <= max_rank:
+        return f"{what} rank {len(shape)} is not between {min_rank} and {max_rank}"
+    if min(shape, default=1) <= 0:
         return f"{what} is zero-sized"
     if check_elements(shape, what):
         return check_elements(shape, what)
@@ -326,8 +345,8 @@ def check_epilogue(parts: dict, channels: int, axis: int, rank: int, require_req
         return "no qnn.requantize after the op" if require_requantize else None
     reason = check_requantize(req, channels, axis, rank)
     if reason is None and parts["clip"] is not None:
-        return check_clip(parts["clip"], req.attrs.out_dtype)
-    return reason
+        return check_clip(parts["clip"], req.attrs.out_dtype) or check_output_cast(parts)
+    return reason or check_output_cast(parts)
 
 
 def check_dense(root) -> str | None:
@@ -374,7 +393,9 @@ def check_binary(root) -> str | None:
     parts = binary_parts(root)
     call = parts["op"]
     lhs, rhs, lhs_scale, lhs_zp, rhs_scale, rhs_zp, out_scale, out_zp = call.args
-    reason = first_reason(check_tensor(lhs, "lhs"), check_tensor(rhs, "rhs"), check_tensor(call, "output"))
+    # a rank-0 operand (TFLite's hard-swish and x/6 constants) broadcasts like shape (1,)
+    reason = first_reason(check_tensor(lhs, "lhs", min_rank=0), check_tensor(rhs, "rhs", min_rank=0),
+                          check_tensor(call, "output"))
     if reason:
         return reason
     out_dtype = dtype_of(call)
@@ -574,4 +595,151 @@ def check_float_softmax(root) -> str | None:
     rank = len(static_shape(data))
     if int(softmax.attrs.axis) % rank != rank - 1:
         return f"float softmax over axis {int(softmax.attrs.axis)}, not the last one (TVM schedules it differently)"
+    return None
+
+
+REDUCE_OPS = ("mean", "sum", "nn.adaptive_avg_pool2d", "nn.global_avg_pool2d")
+
+
+def reduce_parts(root) -> dict:
+    """(cast(...))? <- mean|sum|adaptive/global avg pool <- cast(x, int32), split into its calls."""
+    out_cast = root if op_name(root) == "cast" else None
+    reduce = root.args[0] if out_cast is not None else root
+    inner_cast = reduce.args[0]
+    return {"out_cast": out_cast, "reduce": reduce, "inner_cast": inner_cast, "data": inner_cast.args[0],
+            "out": root}
+
+
+def reduce_axes(reduce) -> list[int]:
+    """The input axes a matched reduction sums over, sorted."""
+    shape = static_shape(reduce.args[0])
+    rank = len(shape)
+    if op_name(reduce) in ("mean", "sum"):
+        axes = list(range(rank)) if reduce.attrs.axis is None else sorted(int(a) % rank for a in reduce.attrs.axis)
+        return [a for a in range(rank) if a not in axes] if bool(reduce.attrs.exclude) else axes
+    layout = str(reduce.attrs.layout)
+    return sorted(layout.index(axis) for axis in "HW")
+
+
+def check_reduce(root) -> str | None:
+    """A sum or mean of an 8-bit tensor computed in int32 (the cast-int32 forms of TFLite MEAN and
+    PyTorch's quantized adaptive_avg_pool2d), optionally cast back to an integer type."""
+    parts = reduce_parts(root)
+    reduce, data = parts["reduce"], parts["data"]
+    reason = first_reason(check_tensor(data, "reduce input", dtypes=QUANT_DTYPES + ("int16",)),
+                          check_tensor(parts["out"], "reduce output", dtypes=REQUANTIZE_DTYPES, min_rank=0))
+    if reason:
+        return reason
+    if dtype_of(parts["inner_cast"]) != "int32" or dtype_of(reduce) != "int32":
+        return f"{op_name(reduce)} computed in {dtype_of(reduce)}, not int32"
+    if op_name(reduce) in ("nn.adaptive_avg_pool2d", "nn.global_avg_pool2d"):
+        attrs = reduce.attrs
+        if str(attrs.layout) not in POOL_LAYOUTS or str(getattr(attrs, "out_layout", "")) not in ("", attrs.layout):
+            return f"pool layout {attrs.layout} is not supported"
+        out_shape = static_shape(reduce)
+        if len(out_shape) != 4 or any(out_shape[str(attrs.layout).index(a)] != 1 for a in "HW"):
+            return f"{op_name(reduce)} output {out_shape} is not 1x1"
+    axes = reduce_axes(reduce)
+    if not axes or axes != list(range(axes[0], axes[-1] + 1)):
+        return f"reduction over axes {axes}, not one contiguous run"
+    shape = static_shape(data)
+    count = math.prod(shape[a] for a in axes)
+    lo, hi = DTYPE_RANGE[dtype_of(data)]
+    if count * max(abs(lo), hi) > INT32_MAX:
+        return f"int32 sum over {count} elements can overflow"
+    return None
+
+
+COPY_OPS = ("cast", "reshape", "squeeze", "expand_dims", "nn.batch_flatten", "transpose", "layout_transform",
+            "strided_slice", "nn.pad", "clip", "maximum", "minimum")
+RESHAPE_OPS = ("reshape", "squeeze", "expand_dims", "nn.batch_flatten")
+
+
+def copy_data(call):
+    """The tensor operand of a matched data-movement or clamp op (maximum/minimum: the non-constant one)."""
+    if op_name(call) in ("maximum", "minimum") and isinstance(call.args[0], relay.Constant):
+        return call.args[1]
+    return call.args[0]
+
+
+def copy_bound(call) -> int:
+    """The constant of maximum/minimum as an integer."""
+    other = call.args[0] if isinstance(call.args[0], relay.Constant) else call.args[1]
+    return int(const_value(other).reshape(-1)[0])
+
+
+def check_copy(call) -> str | None:
+    """Data movement and clamping of one integer tensor: nothing is rounded, TVM's result is reproduced."""
+    op, data = op_name(call), copy_data(call)
+    if isinstance(data, relay.Constant):
+        return f"{op} of a constant (TVM folds it)"
+    reason = first_reason(check_tensor(data, f"{op} input", dtypes=REQUANTIZE_DTYPES, min_rank=0),
+                          check_tensor(call, f"{op} output", dtypes=REQUANTIZE_DTYPES))
+    if reason:
+        return reason
+    if dtype_of(data) != dtype_of(call) and op != "cast":
+        return f"{op} changes dtype"
+    if op == "clip":
+        return check_clip(call, dtype_of(call))
+    if op in ("maximum", "minimum"):
+        bound = const_value(call.args[0] if isinstance(call.args[0], relay.Constant) else call.args[1])
+        if bound.size != 1 or bound.dtype != np.dtype(dtype_of(data)):
+            return f"{op} operand is not a scalar {dtype_of(data)} constant"
+        return None
+    if op == "layout_transform":
+        src, dst = str(call.attrs.src_layout), str(call.attrs.dst_layout)
+        if sorted(src) != sorted(dst) or not src.isalpha() or not src.isupper():
+            return f"layout_transform {src} -> {dst} is not a permutation of plain axes"
+    if op == "strided_slice":
+        return check_strided_slice(call)
+    if op == "nn.pad":
+        value = const_value(call.args[1])
+        lo, hi = DTYPE_RANGE[dtype_of(data)]
+        if str(call.attrs.pad_mode) != "constant":
+            return f"pad mode {call.attrs.pad_mode} is not constant"
+        if value is None or value.size != 1 or not float(value.reshape(-1)[0]).is_integer() or \
+                not lo <= float(value.reshape(-1)[0]) <= hi:
+            return f"pad value is not a constant integer in the {dtype_of(data)} range"
+        if any(int(w) < 0 for pair in call.attrs.pad_width for w in pair):
+            return "negative pad width"
+    return None
+
+
+def strided_slice_spec(call) -> tuple[list[int], list[int]] | None:
+    """(begin, step) per input axis of a strided_slice, or None when not static."""
+    attrs = call.attrs
+    shape, out = static_shape(call.args[0]), static_shape(call)
+    if attrs.begin is None or any(not isinstance(b, (int, tvm.tir.IntImm)) for b in attrs.begin):
+        return None
+    rank = len(shape)
+    axes = list(range(rank)) if attrs.axes is None else [int(a) % rank for a in attrs.axes]
+    given = [] if attrs.strides is None else [int(s) for s in attrs.strides]
+    strides = given + [1] * (len(axes) - len(given))  # TVM takes a missing stride as 1
+    begin, step, end = [0] * rank, [1] * rank, list(shape)
+    ends = [] if attrs.end is None else list(attrs.end)
+    for i, axis in enumerate(axes):
+        if i >= len(attrs.begin):
+            break
+        dim, s = shape[axis], strides[i]
+        b = int(attrs.begin[i])
+        begin[axis] = min(max(b + dim if b < 0 else b, 0), dim)
+        if i < len(ends) and isinstance(ends[i], (int, tvm.tir.IntImm)):
+            e = int(ends[i])
+            end[axis] = min(max(e + dim if e < 0 else e, 0), dim)
+        step[axis] = s
+    for axis in range(rank):
+        # this reading of the attributes must give the inferred shape, else TVM reads them differently
+        if step[axis] <= 0 or out[axis] != max(0, -(-(end[axis] - begin[axis]) // step[axis])):
+            return None
+    return begin, step
+
+
+def check_strided_slice(call) -> str | None:
+    if str(call.attrs.slice_mode) != "end":
+        return f"strided_slice slice_mode {call.attrs.slice_mode}"
+    attrs = call.attrs
+    if attrs.strides is not None and any(int(s) <= 0 for s in attrs.strides):
+        return "strided_slice with a negative stride"
+    if strided_slice_spec(call) is None:
+        return "strided_slice bounds are not static or not understood"
     return None

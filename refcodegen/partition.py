@@ -10,6 +10,7 @@ from tvm.relay.build_module import bind_params_by_name
 from .armfuse import tag_boundaries
 from .consumers import DEQUANTIZE_USES
 from .patterns import COMPILER, REJECTIONS, pattern_table
+from .splits import split_to_slices
 
 TARGET_ATTR = "RefcgTarget"
 REJECTIONS_ATTR = "refcg_rejections"
@@ -66,6 +67,7 @@ def partition_for_refcg(mod, params=None, *, target=None, fold_batch_norm: bool 
     ])
     with tvm.transform.PassContext(opt_level=3):
         mod = tvm.transform.Sequential(prepare_passes(fold_batch_norm, fake_quantization_to_integer))(mod)
+        mod = split_to_slices(mod)
         DEQUANTIZE_USES.analyze(mod["main"])  # the dequantize check needs each result's consumers
         mod = partition(mod)
     mod = tag_boundaries(mod)

@@ -38,13 +38,14 @@ def constant_subgraph(depth: int = 3):
 
 
 def conv2d_patterns(padded: bool = False):
-    """With a clip, then without, then the accumulator kept (no requantize): MergeComposite does
-    not retry a smaller match at the same ops. ``padded``: an ``nn.pad`` in front, fused."""
+    """With a clip and a cast (PyTorch), a clip, then without, then the accumulator kept (no
+    requantize): MergeComposite does not retry a smaller match at the same ops. ``padded``: an ``nn.pad`` in front, fused."""
     data = is_op("nn.pad")(wildcard(), is_constant()) if padded else wildcard()
     conv = is_op("qnn.conv2d")(data, constant_subgraph(), *constants(4))
     biased = conv.optional(bias_of)
     requantized = requantize_of(biased)
-    return [is_op("clip")(requantized), requantized, biased]
+    clipped = is_op("clip")(requantized)
+    return [is_op("cast")(clipped), clipped, requantized, biased]
 
 
 def constants(n: int) -> list:
@@ -66,7 +67,9 @@ def dense_pattern():
     flat = is_op("reshape")(data) | is_op("nn.batch_flatten")(data)
     dense = is_op("qnn.dense")(flat | data, constant_subgraph(), *constants(4))
     biased = dense.optional(bias_of)
-    return requantize_of(biased).optional(lambda x: is_op("clip")(x)) | biased
+    clipped = is_op("clip")(requantize_of(biased))
+    # a list: a rejected cast leaves the clipped match to the next pattern
+    return [is_op("cast")(clipped), clipped | requantize_of(biased) | biased]
 
 
 def binary_pattern():
@@ -79,6 +82,25 @@ def pool_pattern():
     to_int32 = is_op("cast")(wildcard())
     average = is_op("nn.avg_pool2d")(to_int32) | is_op("nn.global_avg_pool2d")(to_int32)
     return is_op("nn.max_pool2d")(wildcard()) | is_op("cast")(average)
+
+
+def reduce_patterns():
+    """A sum or mean in int32 of a cast 8-bit tensor, with the cast back, then without."""
+    to_int32 = is_op("cast")(wildcard())
+    reduced = [is_op(name)(to_int32) for name in checks.REDUCE_OPS]
+    reduced = reduced[0] | reduced[1] | reduced[2] | reduced[3]
+    return [is_op("cast")(reduced), reduced]
+
+
+def copy_pattern():
+    """One data-movement or clamp op (maximum/minimum with a constant on either side)."""
+    unary = [is_op(name)(wildcard()) for name in checks.COPY_OPS if name not in ("nn.pad", "maximum", "minimum")]
+    pattern = is_op("nn.pad")(wildcard(), is_constant())
+    for name in ("maximum", "minimum"):
+        pattern = pattern | is_op(name)(wildcard(), is_constant()) | is_op(name)(is_constant(), wildcard())
+    for op in unary:
+        pattern = pattern | op
+    return pattern
 
 
 def concatenate_pattern(inputs: int):
@@ -198,6 +220,9 @@ KERNEL_FAMILIES = [
      lambda e: checks.check_quantize(e) or DEQUANTIZE_USES.reason(e), lambda e: e),
     # last: a requantize after a conv or dense belongs to that kernel's epilogue
     ("requantize", requantize_pattern, checks.check_requantize_alone, lambda e: checks.epilogue_parts(e)["requantize"]),
+    # after pool2d (its cast-avg-cast form) and the families whose patterns start or end in these ops
+    ("reduce", reduce_patterns, checks.check_reduce, lambda e: checks.reduce_parts(e)["reduce"]),
+    ("copy", copy_pattern, checks.check_copy, lambda e: e),
 ]
 
 

@@ -337,6 +337,78 @@ def plan_pool2d(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer
     return Kernel(name, srcs, dst, params, "pool2d.c.j2")
 
 
+def plan_reduce(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    """A sum or mean over one contiguous run of axes: the input viewed as [outer][reduce][inner]."""
+    parts = checks.reduce_parts(func.body)
+    reduce, shape = parts["reduce"], srcs[0].shape
+    axes = checks.reduce_axes(reduce)
+    params = {
+        "outer": int(np.prod(shape[:axes[0]], dtype=np.int64)),
+        "reduce": int(np.prod(shape[axes[0]:axes[-1] + 1], dtype=np.int64)),
+        "inner": int(np.prod(shape[axes[-1] + 1:], dtype=np.int64)),
+        "is_mean": int(checks.op_name(reduce) != "sum"),
+        "in_dtype": DTYPE_CODE[srcs[0].dtype], "out_dtype": DTYPE_CODE[dst.dtype],
+        "ops": " -> ".join(checks.op_name(c) for c in (parts["inner_cast"], reduce, parts["out_cast"]) if c is not None),
+    }
+    return Kernel(name, srcs, dst, params, "reduce.c.j2")
+
+
+def _compact_strides(shape) -> list[int]:
+    return [int(np.prod(shape[k + 1:], dtype=np.int64)) for k in range(len(shape))]
+
+
+def _copy_view(call, shape) -> dict:
+    """Output shape and the input strides/offset/padding that read it, for one data-movement op."""
+    op, out = checks.op_name(call), tuple(int(d) for d in call.checked_type.shape)
+    strides = _compact_strides(shape)
+    view = {"out_shape": list(out), "in_stride": strides, "pad_before": [0] * len(out), "in_shape": list(shape),
+            "offset": 0}
+    if op in checks.RESHAPE_OPS or op in ("cast", "clip", "maximum", "minimum"):
+        # compact in and out, same element order: one flat run
+        size = int(np.prod(out, dtype=np.int64))
+        return {"out_shape": [size], "in_stride": [1], "pad_before": [0], "in_shape": [size], "offset": 0}
+    if op in ("transpose", "layout_transform"):
+        if op == "transpose":
+            axes = call.attrs.axes
+            order = list(range(len(shape)))[::-1] if axes is None or len(axes) == 0 else \
+                [int(a) % len(shape) for a in axes]
+        else:
+            src, dst = str(call.attrs.src_layout), str(call.attrs.dst_layout)
+            order = [src.index(axis) for axis in dst]
+        view["in_stride"] = [strides[a] for a in order]
+        view["in_shape"] = [shape[a] for a in order]
+        return view
+    if op == "strided_slice":
+        begin, step = checks.strided_slice_spec(call)
+        view["in_stride"] = [s * k for s, k in zip(strides, step)]
+        view["offset"] = int(sum(b * s for b, s in zip(begin, strides)))
+        view["in_shape"] = list(out)  # every output index reads inside the input (checked)
+        return view
+    if op == "nn.pad":
+        view["pad_before"] = [int(before) for before, _ in call.attrs.pad_width]
+        return view
+    raise RefcgError(op, "copy", "no data-movement plan for this op")
+
+
+def plan_copy(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
+    """Integer casts, reshape-like ops, transpose, layout_transform, strided_slice, nn.pad, clip, maximum,
+    minimum."""
+    call = func.body
+    op = checks.op_name(call)
+    lo, hi = DTYPE_RANGE["int32" if op == "cast" else dst.dtype]  # a cast wraps, it does not saturate
+    if op == "clip":
+        lo, hi = _out_range(dst.dtype, call)
+    elif op == "maximum":
+        lo = max(lo, checks.copy_bound(call))
+    elif op == "minimum":
+        hi = min(hi, checks.copy_bound(call))
+    src = _operands(func, srcs, [checks.copy_data(call)])[0]
+    params = {**_copy_view(call, src.shape), "in_dtype": DTYPE_CODE[src.dtype], "out_dtype": DTYPE_CODE[dst.dtype],
+              "lo": lo, "hi": hi, "ops": op,
+              "pad_value": int(float(checks.const_value(call.args[1]).reshape(-1)[0])) if op == "nn.pad" else 0}
+    return Kernel(name, [src], dst, params, "copy.c.j2")
+
+
 def plan_quantize(name: str, func: relay.Function, srcs: list[Buffer], dst: Buffer, target) -> Kernel:
     """qnn.quantize / qnn.dequantize, per tensor or along ``axis`` (scale and zero point broadcast
     along it as TVM's ExpandBiasToMatchAxis does)."""
@@ -418,6 +490,8 @@ PLANNERS = {
     "refcg.concatenate": plan_concatenate,
     "refcg.requantize": plan_requantize,
     "refcg.quantize": plan_quantize,
+    "refcg.reduce": plan_reduce,
+    "refcg.copy": plan_copy,
 }
 # Planners whose requantizes TVM-only may round with NEON on aarch64: they take ``ask``.
 ASKS_AARCH64 = ("refcg.conv2d", "refcg.dense", "refcg.binary", "refcg.requantize", "refcg.concatenate")

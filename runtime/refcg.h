@@ -183,6 +183,35 @@ typedef struct {
 
 REFCG_API int refcg_pool2d_ref(const refcg_pool2d_params* p, const void* input, void* output);
 
+/* Sum or mean over the middle axis of a tensor viewed as [outer][reduce][inner], computed in int32 as
+ * TVM computes mean / sum / adaptive and global average pooling after a cast to int32: a wrapping
+ * int32 sum, then (mean) C truncating division by the count, like topi's div. */
+typedef struct {
+  int64_t outer, reduce, inner;
+  int32_t is_mean;
+  int32_t in_dtype, out_dtype; /* the output cast (if any) wraps like TVM's */
+} refcg_reduce_params;
+
+REFCG_API int refcg_reduce_ref(const refcg_reduce_params* p, const void* input, void* output);
+
+/* Data movement and clamping on one tensor (reshape, transpose, strided_slice, nn.pad, clip...):
+ * out[i] = clamp(in[offset + sum_k (i_k - pad_before_k) * in_stride_k]), or pad_value where
+ * some i_k - pad_before_k falls outside [0, in_shape_k). Up to 6 dimensions; a cast stores another
+ * dtype (narrowing wraps, as TVM's cast). */
+#define REFCG_COPY_MAX_DIMS 6
+typedef struct {
+  int32_t ndim;
+  int64_t out_shape[REFCG_COPY_MAX_DIMS];
+  int64_t in_stride[REFCG_COPY_MAX_DIMS];
+  int64_t pad_before[REFCG_COPY_MAX_DIMS];
+  int64_t in_shape[REFCG_COPY_MAX_DIMS];
+  int64_t offset;
+  int32_t in_dtype, out_dtype;
+  int32_t pad_value, lo, hi;
+} refcg_copy_params;
+
+REFCG_API int refcg_copy_ref(const refcg_copy_params* p, const void* input, void* output);
+
 /* Table-driven unary ops on 8-bit tensors: out[i] = table[bit pattern of in[i]] (refcodegen/lut.py). */
 typedef struct {
   int64_t size;

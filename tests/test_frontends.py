@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from conftest import assert_not_degenerate, compare_with_tvm
-from refcodegen import RefcgError, offload_report, onnx_models, runner, torch_models
+from refcodegen import RefcgError, offload_report, onnx_models, partition_for_refcg, runner, torch_models
+from refcodegen.partition import refcg_functions
 from refcodegen.frontends import load_model, parse_shape
 
 # The issue's goal: at least 95% of each model's QNN ops offloaded. At the last measurement all
-# reached 100%; non-QNN ops stayed in TVM (int32 global/adaptive average pool, casts, and
-# PyTorch's nn.pad in front of convs). The test prints what stays.
+# reached 100%; the glue between them (int32 average pools, casts, reshapes, pads) is offloaded
+# too since refcg.reduce/refcg.copy. The test prints what stays.
 OFFLOAD_FLOOR = {"tiny_cnn": 0.95, "mobilenet_v2": 0.95, "resnet18": 0.95, "mlp": 0.95, "pytorch": 0.95}
 
 
@@ -115,6 +116,30 @@ def test_untouched_batch_norm_collapses_and_the_check_fails_it(recalibrate):
     else:
         with pytest.raises(AssertionError, match="takes 1 distinct value"):
             assert_not_degenerate(outputs)
+
+
+# torchvision's quantizable networks at 32 px (ShuffleNetV2: 64, its quantized ops fail at 32): the glue between their quantized layers (casts after
+# every conv, pads, adaptive pool, reshape/squeeze, ShuffleNet's split and channel shuffle) is offloaded.
+# ShuffleNetV2's global pool is a float mean between dequantize and quantize: it stays, two partitions.
+# Partitioning only (TVM-only builds of the full depth take minutes; make bench compares them).
+@pytest.mark.parametrize("name, size, partitions", [("resnet18", 32, 1), ("shufflenet_v2_x0_5", 64, 2)])
+def test_torchvision_networks_are_not_fragmented(tmp_path, name, size, partitions):
+    torch = pytest.importorskip("torch")
+    torchvision = torch_models.import_torchvision()
+    torch.manual_seed(0)
+    shape = (1, 3, size, size)
+    net = getattr(torchvision.models.quantization, name)(weights=None, quantize=False)
+    torch_models.recalibrate_batch_norm(net, batches=1, shape=shape)
+    net.eval().fuse_model(is_qat=False)
+    torch_models.quantize_eager(net, calibration=1, shape=shape)
+    path = str(tmp_path / f"{name}.pt")
+    with torch.no_grad():
+        torch.jit.trace(net, torch.randn(shape)).save(path)
+    model = load_model(path, {"input": shape})
+    partitioned = partition_for_refcg(runner.prepared(model), fold_batch_norm=False)
+    report = offload_report(partitioned)
+    assert len(refcg_functions(partitioned)) == partitions, str(report)
+    assert dict(report.stayed_ops) == ({} if partitions == 1 else {"qnn.dequantize": 1, "mean": 1}), str(report)
 
 
 def test_triton_cannot_crash_a_process_that_loaded_tvm(tmp_path):

@@ -18,6 +18,8 @@ CASES = [
     ((2, 5), (2, 5), "uint8", ((0.1, 128), (0.1, 128), (0.1, 128)), False, None),  # equal qparams
     ((4, 4), (4,), "int8", ((0.5, 1), (0.9, 0), (0.01, -1)), False, None),  # scale ratio above 1
     ((1, 2, 3, 2, 2, 3), (2, 1, 3), "int8", ((0.03, 0), (0.06, 0), (0.05, 0)), False, None),  # rank 6
+    ((1, 3, 4, 4), (), "uint8", ((0.05, 128), (0.02, 0), (0.1, 120)), True, None),  # rank-0 constant (TFLite)
+    ((2, 5), (), "int8", ((0.1, 3), (0.05, -4), (0.08, 1)), False, (-100, 100)),  # rank-0 tensor
 ]
 
 
@@ -31,6 +33,8 @@ def test_binary_matches_tvm(tmp_path, rng, op):
         cases.add(relay.clip(y, *clip) if clip else y)
     x = cases.var((2, 6), "int8", rng)
     cases.add(OPS[op](x, x, *qparams(0.1, 2), *qparams(0.1, 2), *qparams(0.3, -1)))  # one tensor, both sides
+    k = relay.const(random_int(rng, (), "int8"))
+    cases.add(OPS[op](k, x, *qparams(0.2, 1), *qparams(0.1, 2), *qparams(0.3, -1)))  # rank-0 constant lhs
     cases.compare(tmp_path)
 
 

@@ -3,7 +3,7 @@ import pytest
 from tvm import relay
 
 from models import module, nchw_or_nhwc
-from test_ops_common import Cases, stays_in_tvm
+from test_ops_common import Cases, reason_for
 
 
 def avg(x, pool, **attrs):
@@ -49,4 +49,5 @@ def test_pool_matches_tvm(tmp_path, rng):
 def test_avg_pool_not_in_int32_stays_in_tvm(dtype):
     x = relay.var("x", shape=(1, 2, 4, 4), dtype="int8")
     y = relay.cast(relay.nn.avg_pool2d(relay.cast(x, dtype), pool_size=(2, 2)), "int8")
-    assert f"computed in {dtype}, not int32" in stays_in_tvm(module([x], y), "nn.avg_pool2d")
+    # the integer casts around it may run in refcg (refcg.copy)
+    assert f"computed in {dtype}, not int32" in reason_for(module([x], y), "nn.avg_pool2d")

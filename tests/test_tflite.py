@@ -50,7 +50,7 @@ def check(tmp_path, name, partitions, **options):
 def test_small_cnn_uint8_io(tmp_path):
     """uint8 input and output (TF adds QUANTIZE ops: requantize uint8 <-> int8); the int8-I/O model
     is bit-exact with TVM-only in test_refcg_commands (bench) and test_tvmc_compile_and_run."""
-    model, report = check(tmp_path, "small_cnn", partitions=2, io_dtype="uint8")
+    model, report = check(tmp_path, "small_cnn", partitions=1, io_dtype="uint8")
     assert list(model.inputs.values()) == [((1, 32, 32, 3), "uint8")]
     assert report.qnn_fraction() == 1.0
     kinds = {composite for kernels in report.partitions.values() for composite, _ in kernels}
@@ -58,9 +58,16 @@ def test_small_cnn_uint8_io(tmp_path):
 
 
 def test_mobilenet_v2_reduced(tmp_path):
-    _, report = check(tmp_path, "mobilenet_v2", partitions=2, cut="block_2_add")
+    _, report = check(tmp_path, "mobilenet_v2", partitions=1, cut="block_2_add")
     assert report.qnn_fraction() == 1.0
-    assert set(report.stayed_ops) == {"cast", "mean"}  # TFLite MEAN: cast -> mean -> qnn.requantize
+    assert not report.stayed_ops  # TFLite MEAN (cast -> mean -> qnn.requantize) included: refcg.reduce
+
+
+def test_mobilenet_v3_small_reduced(tmp_path):
+    """Hard-swish, squeeze-excite (MEAN in int32, rank-0 qnn.add/mul of the hard sigmoid): all in one partition."""
+    _, report = check(tmp_path, "mobilenet_v3_small", partitions=1, cut="expanded_conv_3_squeeze_excite_mul")
+    assert report.qnn_fraction() == 1.0
+    assert not report.stayed_ops, str(report)
 
 
 def test_several_inputs_and_outputs(tmp_path):
@@ -94,7 +101,8 @@ def test_per_channel_fully_connected(tmp_path):
 def test_16x8_convs_stay_in_tvm_with_reasons(tmp_path):
     """int16 activations: imported (per-channel dense too, int64 accumulation); the convs and dense
     stay in TVM with the reason per op (refcg's conv/dense kernels are int8/uint8), the int16
-    requantizes refcg computes are offloaded, and the result is TVM-only's bit for bit."""
+    requantizes, clips, reshapes and means refcg computes are offloaded, and the result is TVM-only's
+    bit for bit."""
     model = load_model(tflite_models.make_tflite("small_cnn", quantization="16x8", io_dtype="int16"))
     assert [dtype for _, dtype in model.inputs.values()] == ["int16"]
     inputs = runner.random_inputs(model.inputs)
@@ -106,7 +114,8 @@ def test_16x8_convs_stay_in_tvm_with_reasons(tmp_path):
     conv_rows = [line for line in str(report).splitlines() if "TVM    qnn.conv2d" in line]
     assert conv_rows and all("dtypes int16/int8 are not int8/uint8" in line for line in conv_rows)
     offloaded = {kernel for func in refcg_functions(partitioned) for kernel in str(func[1]).split('Composite="')[1:]}
-    assert offloaded and all(k.startswith("refcg.requantize") for k in offloaded), offloaded
+    assert offloaded and all(k.startswith(("refcg.requantize", "refcg.copy", "refcg.reduce")) for k in offloaded), \
+        offloaded
 
 
 def test_import_error_names_op_and_converter_option(tmp_path, monkeypatch):

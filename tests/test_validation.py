@@ -12,7 +12,7 @@ from conftest import compare_with_tvm, load, random_int, run
 from models import module, qconv_block
 from refcodegen import RefcgError, objcache, offload_report, partition_for_refcg
 from refcodegen.partition import refcg_functions
-from test_ops_common import const, qadd, qparams
+from test_ops_common import const, qadd, qparams, reason_for
 
 
 def qconv(x, weight, *, input_zp=0, kernel_zp=0, input_scale=0.05, kernel_scale=0.01, layout="NCHW", **attrs):
@@ -31,17 +31,6 @@ def qconv(x, weight, *, input_zp=0, kernel_zp=0, input_scale=0.05, kernel_scale=
 
 def weights(rng, shape, dtype="int8"):
     return random_int(rng, shape, dtype)
-
-
-def reason_for(mod, op):
-    """The offload-report reasons for ``op`` after partitioning; the op must have stayed in TVM.
-
-    Other ops may still be offloaded (a requantize behind a rejected conv runs in refcg alone).
-    """
-    report = offload_report(partition_for_refcg(mod))
-    reasons = [reason for name, _, reason in report.stayed if name == op]
-    assert reasons, str(report)
-    return "; ".join(reasons)
 
 
 # ---- shapes ---------------------------------------------------------------------------------------
@@ -68,11 +57,12 @@ def test_batch_above_one_runs_in_refcg(tmp_path, rng):
 
 
 def test_ranks_the_kernels_do_not_take_stay_in_tvm(tmp_path, rng):
-    """qnn.add on rank 7 and on rank 0 (scalars); qnn.dense on a 3-D input; fallback equals TVM-only."""
+    """qnn.add on rank 7 and with a rank-0 output (scalars on both sides; one scalar operand is offloaded,
+    test_ops_eltwise); qnn.dense on a 3-D input; fallback equals TVM-only."""
     high = relay.var("high", shape=(1, 2, 1, 2, 1, 2, 3), dtype="int8")
     scalar = relay.var("scalar", shape=(), dtype="int8")
-    assert "rank 7 is not between 1 and 6" in reason_for(module([high], qadd(high, high)), "qnn.add")
-    assert "rank 0 is not between 1 and 6" in reason_for(module([scalar], qadd(scalar, scalar)), "qnn.add")
+    assert "rank 7 is not between 0 and 6" in reason_for(module([high], qadd(high, high)), "qnn.add")
+    assert "output rank 0 is not between 1 and 6" in reason_for(module([scalar], qadd(scalar, scalar)), "qnn.add")
     d3 = relay.var("d3", shape=(2, 3, 8), dtype="int8")
     dense = relay.qnn.op.dense(d3, relay.const(weights(rng, (4, 8))), const(0, "int32"), const(0, "int32"),
                                const(0.1), const(0.01), units=4)
