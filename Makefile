@@ -6,7 +6,7 @@ STAMP := $(VENV)/.refcg-installed
 SOURCES := pyproject.toml $(wildcard refcodegen/*.py templates/* runtime/*)
 export TOPHUB_LOCATION := NONE
 
-.PHONY: demo test test-arm bench fuzz fuzz-large install clean
+.PHONY: demo test test-networks test-arm bench fuzz fuzz-large install clean
 
 demo: $(STAMP)
 	$(BIN)/python tools/demo.py
@@ -15,7 +15,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(ARM_SETUP) || [ $$? -eq $(ARM_UNAVAILABLE) ]
 	cd tests && ../$(BIN)/python -c "import refcodegen as r; assert 'site-packages' in r.__file__, r.__file__"
-	cd tests && ../$(BIN)/pytest -q -n auto --maxprocesses=4
+	cd tests && ../$(BIN)/pytest -q -n auto --maxprocesses=4 -m "not network"
+
+# Whole real networks (Inception-v3 ...): minutes each, so not in `make test`; CI runs both.
+test-networks: $(STAMP)
+	cd tests && ../$(BIN)/pytest -q -m network
 
 # The emulated aarch64 host (cross compilers, qemu-user, an aarch64 python+TVM sysroot):
 # idempotent, 10 ms once done. `make test` runs it before pytest collects the ARM tests and

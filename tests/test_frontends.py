@@ -124,17 +124,11 @@ def test_untouched_batch_norm_collapses_and_the_check_fails_it(recalibrate):
 # Partitioning only (TVM-only builds of the full depth take minutes; make bench compares them).
 @pytest.mark.parametrize("name, size, partitions", [("resnet18", 32, 1), ("shufflenet_v2_x0_5", 64, 2)])
 def test_torchvision_networks_are_not_fragmented(tmp_path, name, size, partitions):
-    torch = pytest.importorskip("torch")
-    torchvision = torch_models.import_torchvision()
-    torch.manual_seed(0)
+    pytest.importorskip("torch")
     shape = (1, 3, size, size)
-    net = getattr(torchvision.models.quantization, name)(weights=None, quantize=False)
-    torch_models.recalibrate_batch_norm(net, batches=1, shape=shape)
-    net.eval().fuse_model(is_qat=False)
-    torch_models.quantize_eager(net, calibration=1, shape=shape)
+    traced, _ = torch_models.torchvision_network(name, size, seed=0, calibration=1)
     path = str(tmp_path / f"{name}.pt")
-    with torch.no_grad():
-        torch.jit.trace(net, torch.randn(shape)).save(path)
+    traced.save(path)
     model = load_model(path, {"input": shape})
     partitioned = partition_for_refcg(runner.prepared(model), fold_batch_norm=False)
     report = offload_report(partitioned)

@@ -12,10 +12,11 @@ from refcodegen.frontends import load_model
 # Inception-v3 at 139x139 instead of 299x299: the same ops and kernel shapes (1x7/7x1 and 1x3/3x1 convs
 # behind nn.pads, 3x3 stride-1 average pools, 3x3 stride-2 max pools on odd sizes: 67, 31, 15, 7),
 # the 17x17 and 8x8 stages at 7x7 and 3x3. TVM-only's build of the 94 convolutions is most of the time
-# (233 s CPU, 414 s wall on the loaded 2-core machine; a candidate for a slow marker).
+# (233 s CPU, 414 s wall on the loaded 2-core machine): `make test-networks`, not `make test`.
 INCEPTION_SIZE = 139
 
 
+@pytest.mark.network
 def test_inception_v3_matches_tvm(tmp_path):
     if importlib.util.find_spec("torchvision") is None:  # the torch extra; make test installs it
         pytest.skip("torchvision is not installed")
