@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tvm import relay
 
-from conftest import random_int
+from conftest import compare_with_tvm, random_int
 from models import module, nchw_or_nhwc
 from refcodegen import offload_report, partition_for_refcg
 from refcodegen.partition import refcg_functions
@@ -135,17 +135,26 @@ HW_PAD = ((0, 0), (1, 1), (1, 1), (0, 0))
 
 
 @pytest.mark.parametrize("dtype,izp,widths,value,mode,reason", [
-    ("int8", 3, HW_PAD, const(0.0), "constant", "pad value [0.0] differs from the input zero point 3"),
-    # nn.pad truncates 200.5 to 200; refcg fuses exactly equal values only
-    ("uint8", 200, HW_PAD, const(200.5), "constant", "pad value [200.5] differs from the input zero point 200"),
-    ("int8", 0, ((0, 0), (0, 0), (0, 0), (0, 2)), const(0.0), "constant", "pad on the C axis"),
+    ("int8", 3, HW_PAD, const(0.0), "constant", None),
+    # nn.pad truncates 200.5 to 200; refcg pads with exactly representable values only
+    ("uint8", 200, HW_PAD, const(200.5), "constant", "pad value is not a constant integer in the uint8 range"),
+    ("int8", 0, ((0, 0), (0, 0), (0, 0), (0, 2)), const(0.0), "constant", None),
     ("int8", 0, HW_PAD, const(0.0), "edge", "pad_mode edge is not constant"),
 ], ids=["value", "truncated-value", "channel-axis", "edge-mode"])
-def test_pad_that_cannot_fuse_stays_in_tvm(rng, dtype, izp, widths, value, mode, reason):
-    """The conv is offloaded without the pad, which TVM computes (a plain conv: swept above)."""
+def test_pad_that_cannot_fuse_into_the_conv(tmp_path, rng, dtype, izp, widths, value, mode, reason):
+    """A pad the conv cannot take as its padding (another value than the input zero point, the C axis)
+    runs as a refcg.copy kernel of its own before the conv, bit-exact; one refcg cannot compute at all
+    (a value the dtype cannot hold, edge mode) stays in TVM with the reason, the conv offloaded alone."""
     x = relay.var("x", shape=(1, 5, 5, 4 - widths[3][1]), dtype=dtype)
     padded = relay.nn.pad(x, widths, pad_value=value, pad_mode=mode)
     y = qconv_nhwc(padded, relay.const(random_int(rng, (3, 3, 4, 4), "int8")), izp, kernel_layout="HWIO")
+    if reason is None:
+        partitioned = compare_with_tvm(module([x], y), {"x": random_int(rng, (1, 5, 5, 4 - widths[3][1]), dtype)},
+                                       tmp_path, expect_partitions=1)
+        report = offload_report(partitioned)
+        assert [ops for partition in report.partitions.values() for _, ops in partition] == [["nn.pad"], ["qnn.conv2d"]]
+        assert not report.stayed_ops, str(report)
+        return
     report = offload_report(partition_for_refcg(module([x], y)))
     assert [ops for partition in report.partitions.values() for _, ops in partition] == [["qnn.conv2d"]], str(report)
     assert report.stayed_ops["nn.pad"] == 1 and reason in str(report), str(report)
