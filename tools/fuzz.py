@@ -27,7 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 
+from hypothesis import strategies as st  # noqa: E402
 from test_fuzz import check_batch, fuzz_batches  # noqa: E402
+from test_ops_common import NUMERICS  # noqa: E402
 
 
 def large_constants(layers: int = 11, channels: int = 512) -> int:
@@ -139,7 +141,8 @@ def fuzz(args) -> dict:
 
     # kill PID: finish the current build, then print the summary
     signal.signal(signal.SIGTERM, lambda *_: stop.append(print("\nSIGTERM: stopping after this build", flush=True)))
-    drawing = fuzz_batches(args.cases, args.batch, args.seed)
+    drawing = fuzz_batches(args.cases, args.batch, args.seed,
+                           **({"numerics": st.sampled_from(args.numerics)} if args.numerics else {}))
     while not stop:
         drawn_at = time.perf_counter()
         specs, numerics = next(drawing, (None, None))
@@ -161,7 +164,7 @@ def fuzz_parallel(args) -> dict:
             children.append(subprocess.Popen([
                 sys.executable, __file__, "--jobs", "1", "--cases", str(cases), "--batch", str(args.batch),
                 "--seed", str(args.seed + job), "--failures", f"{tmp}/failures{job}.jsonl",
-                "--summary", f"{tmp}/summary{job}.json"]))
+                "--summary", f"{tmp}/summary{job}.json", *(["--numerics", *args.numerics] if args.numerics else [])]))
         signal.signal(signal.SIGTERM, lambda *_: [child.terminate() for child in children])
         codes = [child.wait() for child in children]
         merged = {"totals": Counter(), "timings": Counter(), "stayed": Counter(), "cpu": 0.0}
@@ -209,6 +212,8 @@ def main() -> int:
                         help="processes, one seed each (seed, seed+1, ...): one per core")
     parser.add_argument("--failures", default="fuzz-failures.jsonl")
     parser.add_argument("--summary", help="also write the counters as JSON (how --jobs collects them)")
+    parser.add_argument("--numerics", nargs="+", choices=list(NUMERICS),
+                        help="draw only these numerics (default: all, evenly), e.g. float32 for an FMA target")
     args = parser.parse_args()
     if args.large_constants:
         return large_constants()
