@@ -6,6 +6,8 @@ remembered so the offload report can say why an op stayed in TVM.
 """
 from __future__ import annotations
 
+import functools
+
 from tvm.relay.dataflow_pattern import is_constant, is_op, is_tuple, wildcard
 from tvm.relay.op.contrib.register import register_pattern_table
 
@@ -84,23 +86,25 @@ def pool_pattern():
     return is_op("nn.max_pool2d")(wildcard()) | is_op("cast")(average)
 
 
+def any_of(patterns):
+    """The alternation of ``patterns``, tried in order."""
+    return functools.reduce(lambda a, b: a | b, patterns)
+
+
 def reduce_patterns():
     """A sum or mean in int32 of a cast 8-bit tensor, with the cast back, then without."""
     to_int32 = is_op("cast")(wildcard())
-    reduced = [is_op(name)(to_int32) for name in checks.REDUCE_OPS]
-    reduced = reduced[0] | reduced[1] | reduced[2] | reduced[3]
+    reduced = any_of([is_op(name)(to_int32) for name in checks.REDUCE_OPS])
     return [is_op("cast")(reduced), reduced]
 
 
 def copy_pattern():
     """One data-movement or clamp op (maximum/minimum with a constant on either side)."""
-    unary = [is_op(name)(wildcard()) for name in checks.COPY_OPS if name not in ("nn.pad", "maximum", "minimum")]
-    pattern = is_op("nn.pad")(wildcard(), is_constant())
-    for name in ("maximum", "minimum"):
-        pattern = pattern | is_op(name)(wildcard(), is_constant()) | is_op(name)(is_constant(), wildcard())
-    for op in unary:
-        pattern = pattern | op
-    return pattern
+    binary = ("nn.pad", "maximum", "minimum")
+    return any_of([is_op("nn.pad")(wildcard(), is_constant())]
+                  + [is_op(name)(*args) for name in binary[1:]
+                     for args in ((wildcard(), is_constant()), (is_constant(), wildcard()))]
+                  + [is_op(name)(wildcard()) for name in checks.COPY_OPS if name not in binary])
 
 
 def concatenate_pattern(inputs: int):
