@@ -92,3 +92,14 @@ def test_bundle_holds_every_file_once_and_compiles(tmp_path):
     for compiler in (["cc", "-std=c11"], ["c++", "-x", "c++"]):
         subprocess.run([*compiler, "-Wall", "-Wextra", "-Werror", "-fsyntax-only", str(tmp_path / "bundle.c")],
                        check=True)
+
+
+def test_python_requantize_modes_are_the_header_enum():
+    """numerics.MODES mirrors REFCG_RQ_* by value: checked against the header (cffi reads the enum)."""
+    from core_cffi import ENUMS
+    from refcodegen.numerics import MODES
+
+    for (rounding, compute), value in MODES.items():
+        kind, _, neon = compute.partition("-")
+        name = f"REFCG_RQ_{kind.upper()}_{rounding}" + ("_NEON" if neon else "")
+        assert getattr(ENUMS, name) == value, name
