@@ -5,7 +5,7 @@
  *
  * Threads and workspace come from the TVM runtime when the generated module includes
  * tvm/runtime/c_backend_api.h before the core (TVMBackendParallelLaunch honours
- * TVM_NUM_THREADS); the standalone cffi build has no TVM runtime and gets a serial shim.
+ * TVM_NUM_THREADS); standalone builds (librefcg_core.a, the cffi harness) get a serial shim.
  */
 #ifndef REFCG_FAST_INTERNAL_H_
 #define REFCG_FAST_INTERNAL_H_

@@ -1,11 +1,11 @@
 /*
  * refcg int8 core: every public type, constant and entry point, declared once.
  *
- * The core is plain C (compiled as C or C++): the files in runtime/ are translation units that each
- * compile alone (runtime/Makefile builds librefcg_core.a). A generated library holds the core
- * once, as one C file bundled from the same sources with REFCG_API = hidden visibility, and
- * each partition's C declares it (this header); the cffi test harness leaves REFCG_API empty.
- * Python reads the struct layouts and enum values from this file (tests/core_cffi.py).
+ * The core is plain C (compiled as C or C++); each runtime/ source file compiles alone
+ * (runtime/Makefile builds librefcg_core.a). A generated library holds the core once, as one
+ * C file bundled from the same sources with REFCG_API = hidden visibility, and each partition's
+ * C starts with this header; the cffi test harness leaves REFCG_API empty and reads its
+ * declarations from this file (tests/core_cffi.py).
  */
 #ifndef REFCG_H_
 #define REFCG_H_
@@ -257,18 +257,18 @@ typedef struct {
 REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
                            const refcg_conv2d_fast* f, const void* input, void* output);
 
-/* Dense / GEMM (refcg_dense_params of refcg.h): out[b][u] = requant(sum_k (x[b][k] - input_zp)
+/* Dense / GEMM (refcg_dense_params above): out[b][u] = requant(sum_k (x[b][k] - input_zp)
  * * w'[u][k] + bias[u]) with weights packed by refcodegen.packing.pack_gemm_weights, which
  * folds kernel_zp into w' and the bias into the corrections (p->kernel_zp and w_dtype are
  * not read). Per-tensor or per-channel requantize, channel = unit. */
 REFCG_API int refcg_dense(const refcg_dense_params* p, const refcg_gemm_weights* g,
                           const refcg_requant* rq, const void* input, void* output);
 
-/* qnn.add / subtract / mul (refcg_binary_params of refcg.h) through the best variant: 8-bit
+/* qnn.add / subtract / mul (refcg_binary_params above) through the best variant: 8-bit
  * operands, vector requantize modes, innermost strides 0 or 1; otherwise refcg_binary_ref. */
 REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const void* b, void* out);
 
-/* nn.max_pool2d / avg pools (refcg_pool2d_params of refcg.h) through the best variant on planar
+/* nn.max_pool2d / avg pools (refcg_pool2d_params above) through the best variant on planar
  * (NCHW) 8-bit inputs; otherwise refcg_pool2d_ref. */
 REFCG_API int refcg_pool2d(const refcg_pool2d_params* p, const void* input, void* output);
 
