@@ -1,7 +1,7 @@
 """Render a kernel plan to one C source through the Jinja2 templates in ``templates/``.
 
 Python decides (what to call, with which constants); templates hold the C. A partition's
-source declares the core (``runtime/*.h``); the core's definitions are one more C file,
+source declares the core (``runtime/include/refcg.h``); the core's definitions are one more C file,
 ``core_source()``, that every partition module imports (``codegen.core_module``), so a
 library compiles the core once however many partitions it holds.
 """
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from pathlib import Path
 
 import jinja2
 import numpy as np
 
 from .errors import RefcgError
-from .resources import core_sources, templates_dir
+from .resources import core_header, core_include_dir, core_sources, templates_dir
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DL_CODE = {"int": "kDLInt", "uint": "kDLUInt", "float": "kDLFloat"}
@@ -99,27 +100,38 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def _bundle(headers_only: bool) -> str:
-    """Runtime files in dependency order, local includes removed."""
-    parts = []
-    for path in core_sources():
-        if headers_only and path.suffix != ".h":
-            continue
-        text = path.read_text()
-        parts.append(f"/* {path.name} */\n" + re.sub(r'(?m)^#include "[^"]+"\n', "", text))
-    return "\n".join(parts)
+_LOCAL_INCLUDE = re.compile(r'(?m)^#include "([^"]+)"[^\n]*\n')
+
+
+def _inline(path: Path, seen: set) -> str:
+    """``path`` with each ``#include "..."`` replaced by the runtime header's text, expanded once
+    per bundle (as its include guard would): the files compile alone and bundle alike."""
+
+    def expand(match) -> str:
+        name = match.group(1)
+        header = next((d / name for d in (path.parent, core_include_dir()) if (d / name).is_file()), None)
+        if header is None:
+            raise RefcgError("core", "include", f'{path.name}: #include "{name}" is not a runtime header')
+        if header in seen:
+            return ""
+        seen.add(header)
+        return f"/* {name} */\n" + _inline(header, seen)
+
+    return _LOCAL_INCLUDE.sub(expand, path.read_text())
 
 
 @lru_cache(maxsize=1)
 def bundled_core() -> str:
-    """The whole core as one text (core module, cffi build, probes)."""
-    return _bundle(headers_only=False)
+    """The whole core as one text (core module, cffi build, probes): every runtime .c file,
+    its runtime headers inlined at their first include."""
+    seen: set = set()
+    return "\n".join(f"/* {path.name} */\n" + _inline(path, seen) for path in core_sources())
 
 
 @lru_cache(maxsize=1)
 def core_declarations() -> str:
-    """The core's headers, which every partition's C starts with (read once per process)."""
-    return _bundle(headers_only=True)
+    """The core's API (runtime/include/refcg.h), which every partition's C starts with."""
+    return _inline(core_header(), set())
 
 
 @lru_cache(maxsize=1)

@@ -24,7 +24,7 @@ def pack_conv2d_weight(weight: np.ndarray, kernel_layout: str, groups: int, in_c
     return np.ascontiguousarray(conv2d_weight_oihw(weight, kernel_layout, groups, in_c).transpose(0, 2, 3, 1))
 
 
-# ---- accelerated kernels (runtime/refcg_fast.h) -------------------------------------------
+# ---- accelerated kernels (runtime/include/refcg.h) ----------------------------------------
 # The SIMD kernels read the input shifted into the domain their instructions multiply:
 # uint8 on x86 (vpdpbusd, vpmaddwd), int8 on aarch64 (sdot, smull). Shift s per domain and
 # input dtype; the correction corr = bias - (s + izp) * sum(w') makes the shifted sum exact.

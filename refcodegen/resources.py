@@ -23,7 +23,21 @@ def runtime_dir() -> Path:
     return _locate("runtime")
 
 
+def core_include_dir() -> Path:
+    return runtime_dir() / "include"
+
+
+def core_header() -> Path:
+    """The core's API: every struct, enum and entry point."""
+    return core_include_dir() / "refcg.h"
+
+
 def core_sources() -> list[Path]:
-    """Core C files in the order they must be concatenated (listed in runtime/CORE_SOURCES)."""
+    """The core's C files: each compiles alone (runtime/Makefile); emit.bundled_core joins them."""
+    return sorted(runtime_dir().glob("*.c"))
+
+
+def core_files() -> list[Path]:
+    """Everything the package ships of the core: sources, headers, the standalone Makefile."""
     root = runtime_dir()
-    return [root / name for name in (root / "CORE_SOURCES").read_text().split()]
+    return core_sources() + sorted(root.glob("*.h")) + sorted(core_include_dir().glob("*.h")) + [root / "Makefile"]

@@ -3,7 +3,7 @@
  * Every optimized variant is tested against this kernel. Padding taps are
  * skipped: qnn.conv2d pads with the input zero point, which contributes 0.
  */
-#include "refcg.h"
+#include "refcg_internal.h"
 
 REFCG_API int refcg_conv2d_ref(const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
                                const void* input, void* output) {

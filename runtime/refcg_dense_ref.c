@@ -3,7 +3,7 @@
  * canonical form (dense minus zero-point row/column sums) is exact int32
  * arithmetic, so accumulating the zero-point-corrected products wraps the same way.
  */
-#include "refcg.h"
+#include "refcg_internal.h"
 
 REFCG_API int refcg_dense_ref(const refcg_dense_params* p, const refcg_conv2d_consts* k,
                               const void* input, void* output) {

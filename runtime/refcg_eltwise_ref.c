@@ -5,7 +5,7 @@
  * int32 arithmetic written through unsigned types so it wraps like TVM's.
  */
 #include <math.h>
-#include "refcg.h"
+#include "refcg_internal.h"
 
 static inline int32_t refcg_binary_one(const refcg_binary_params* p, int32_t x, int32_t y) {
   if (p->op == REFCG_BIN_MUL) {

@@ -1,29 +1,15 @@
 /*
- * Run-time dispatch: ONE table of variants, best first; the first the CPU supports wins,
- * unless REFCG_ISA names another supported one. Drivers: copy the input once into the
- * variant's domain (padded, NHWC), then split tiles over threads.
+ * Run-time dispatch: ONE table of variant configs, best first; the first the CPU supports is
+ * chosen at the first call, unless REFCG_ISA names another supported one. Drivers: copy the input
+ * once into the variant's domain (padded, NHWC), then split tiles over threads.
  */
 #include <stdlib.h>
 #include <string.h>
-#include "refcg_fast.h"
-
-typedef struct {
-  const char* name;
-  int (*supported)(void);
-  int32_t signed_domain; /* 1: kernels read int8 inputs (aarch64), 0: uint8 (x86) */
-  int32_t mr, nv;        /* rows and 16-channel blocks per GEMM tile */
-  refcg_range_fn gemm_tiles;
-  refcg_range_fn dw_rows;
-  refcg_range_fn dw_planes; /* depthwise on planar layouts (NULL: dw_rows on the NHWC copy) */
-  int32_t dw_qmax;          /* taps per 32-bit lane of dw_planes: 4 bytes, or 2 int16 (AVX2 vpmaddwd) */
-  refcg_range_fn bin_rows;  /* qnn.add/subtract/mul rows (NULL: the reference) */
-  refcg_range_fn pool_planes; /* max/avg pool on planar layouts (NULL: the reference) */
-  refcg_range_fn gemm_planes; /* 1x1 conv on planar layouts, refcg_gemmp_job (NULL: the NHWC GEMM) */
-} refcg_isa;
+#include "refcg_fast_internal.h"
 
 static inline int refcg_cpu_any(void) { return 1; }
 
-/* Portable variant on the packed layout (dense under REFCG_ISA=scalar, any architecture). */
+/* Portable variant on the packed layout (dense under the scalar variant, any architecture). */
 static void refcg_tiles_portable(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
   const int32_t nblocks = (j->n + 15) / 16;
@@ -45,46 +31,70 @@ static void refcg_dw_portable(const void* ctx, int64_t r0, int64_t r1) {
   refcg_dw_rows((const refcg_dw_job*)ctx, r0, r1, refcg_dw16_portable, refcg_epi_scalar);
 }
 
-static const refcg_isa refcg_isa_table[] = {
+static const refcg_isa_config refcg_isa_scalar = {
+    .name = "scalar",
+    .features = "",
+    .supported = refcg_cpu_any,
+    .signed_domain = 0,
+    .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL},
+    .dw = {.rows = refcg_dw_portable, .planes = NULL, .qmax = 0},
+    .binary_rows = NULL,
+    .pool_planes = NULL,
+};
+
+static const refcg_isa_config* const refcg_isa_table[] = {
 #if defined(REFCG_HAVE_X86)
-    {"avx512vnni", refcg_cpu_avx512vnni, 0, REFCG_X512_MR, REFCG_X512_NV, refcg_tiles_avx512vnni, refcg_dw_avx512,
-     refcg_dwp_avx512, 4, refcg_bin_avx512, refcg_pool_avx512, refcg_gemmp_avx512},
-    {"avxvnni", refcg_cpu_avxvnni, 0, 6, 1, refcg_tiles_avxvnni, refcg_dw_avx2, refcg_dwp_avxvnni, 4, refcg_bin_avx2,
-     refcg_pool_avx2, NULL},
-    {"avx2", refcg_cpu_avx2, 0, REFCG_AVX2_TABLE_MR, 1, refcg_tiles_avx2, refcg_dw_avx2, refcg_dwp_avx2, 2,
-     refcg_bin_avx2, refcg_pool_avx2, NULL},
+    &refcg_isa_avx512vnni, &refcg_isa_avxvnni, &refcg_isa_avx2,
 #endif
 #if defined(REFCG_HAVE_ARM)
-    {"dotprod", refcg_cpu_dotprod, 1, 4, 1, refcg_tiles_dotprod, refcg_dw_neon, refcg_dwp_dotprod, 4, NULL,
-     refcg_pool_neon, NULL},
-    {"neon", refcg_cpu_neon, 1, 2, 1, refcg_tiles_neon, refcg_dw_neon, refcg_dwp_neon, 4, NULL, refcg_pool_neon, NULL},
+    &refcg_isa_dotprod, &refcg_isa_neon,
 #endif
-    {"scalar", refcg_cpu_any, 0, 1, 1, refcg_tiles_portable, refcg_dw_portable, NULL, 0, NULL, NULL, NULL},
+    &refcg_isa_scalar,
 };
 enum { REFCG_NUM_ISA = sizeof(refcg_isa_table) / sizeof(refcg_isa_table[0]) };
 
-static inline const refcg_isa* refcg_isa_find(const char* name) {
+static const refcg_isa_config* refcg_isa_find(const char* name) {
   for (int i = 0; i < REFCG_NUM_ISA; ++i)
-    if (!strcmp(refcg_isa_table[i].name, name) && refcg_isa_table[i].supported()) return &refcg_isa_table[i];
+    if (!strcmp(refcg_isa_table[i]->name, name) && refcg_isa_table[i]->supported()) return refcg_isa_table[i];
   return NULL;
 }
 
-/* Chosen on every call (a getenv and libgcc's cached cpuid bits, negligible next to a conv),
- * so REFCG_ISA can switch variants inside one process, as the tests do. */
-static inline const refcg_isa* refcg_isa_current(void) {
-  const char* forced = getenv("REFCG_ISA");
-  if (forced && *forced) {
-    const refcg_isa* f = refcg_isa_find(forced);
-    if (f) return f;
-  }
+static const refcg_isa_config* refcg_isa_best(void) {
   for (int i = 0; i < REFCG_NUM_ISA; ++i)
-    if (refcg_isa_table[i].supported()) return &refcg_isa_table[i];
-  return &refcg_isa_table[REFCG_NUM_ISA - 1];
+    if (refcg_isa_table[i]->supported()) return refcg_isa_table[i];
+  return &refcg_isa_scalar;
+}
+
+/* The variant in use: chosen once, at the first call (REFCG_ISA read then), or by refcg_set_isa. */
+static const refcg_isa_config* refcg_isa_chosen;
+
+static inline const refcg_isa_config* refcg_isa_current(void) {
+  const refcg_isa_config* isa = __atomic_load_n(&refcg_isa_chosen, __ATOMIC_ACQUIRE);
+  if (isa) return isa;
+  const char* forced = getenv("REFCG_ISA");
+  const refcg_isa_config* want = forced && *forced ? refcg_isa_find(forced) : NULL;
+  if (!want) want = refcg_isa_best();
+  /* threads racing here compute the same choice; an earlier refcg_set_isa wins */
+  if (__atomic_compare_exchange_n(&refcg_isa_chosen, &isa, want, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return want;
+  return isa;
 }
 
 REFCG_API const char* refcg_isa_name(void) { return refcg_isa_current()->name; }
 
 REFCG_API int refcg_isa_supported(const char* name) { return refcg_isa_find(name) != NULL; }
+
+REFCG_API const char* refcg_isa_variant(int32_t i, const char** features) {
+  if (i < 0 || i >= REFCG_NUM_ISA) return NULL;
+  if (features) *features = refcg_isa_table[i]->features;
+  return refcg_isa_table[i]->name;
+}
+
+REFCG_API int refcg_set_isa(const char* name) {
+  const int named = name && *name;
+  const refcg_isa_config* want = named ? refcg_isa_find(name) : NULL;
+  __atomic_store_n(&refcg_isa_chosen, want ? want : refcg_isa_best(), __ATOMIC_RELEASE);
+  return named && !want ? -1 : 0;
+}
 
 /* ---- padded input copy ---- */
 #if defined(__SSE2__)
@@ -272,17 +282,17 @@ static inline int refcg_fast_usable(const refcg_conv2d_params* p, const refcg_co
 
 /* The plane kernels read pixel j's taps q from its 16-byte window (3 * sw + (q - 1) * dw <= 15);
  * returns the taps per lane, 0 when the layout, stride or buffers do not fit. */
-static inline int32_t refcg_dwp_taps(const refcg_isa* isa, const refcg_conv2d_params* p, const refcg_conv2d_fast* f) {
-  if (!isa->dw_planes || f->kind != REFCG_FAST_DEPTHWISE || p->in_stride[2] != 1 || p->out_stride[2] != 1) return 0;
+static inline int32_t refcg_dwp_taps(const refcg_isa_config* isa, const refcg_conv2d_params* p, const refcg_conv2d_fast* f) {
+  if (!isa->dw.planes || f->kind != REFCG_FAST_DEPTHWISE || p->in_stride[2] != 1 || p->out_stride[2] != 1) return 0;
   if (p->stride_w > 4) return 0;
-  int32_t q = isa->dw_qmax < p->kernel_w ? isa->dw_qmax : p->kernel_w;
+  int32_t q = isa->dw.qmax < p->kernel_w ? isa->dw.qmax : p->kernel_w;
   while (q > 1 && 3 * p->stride_w + (q - 1) * p->dilation_w > 15) --q;
   return q;
 }
 
 /* Depthwise through the plane kernels, threads over input channels. Returns 1 when the shape
  * does not fit the stack buffers (the caller then takes the NHWC path). */
-static int refcg_dw_planes(const refcg_isa* isa, int32_t q, const refcg_conv2d_params* p,
+static int refcg_dw_planes(const refcg_isa_config* isa, int32_t q, const refcg_conv2d_params* p,
                            const refcg_conv2d_consts* k, const refcg_conv2d_fast* f, const void* input, void* output) {
   refcg_dwp_job j;
   memset(&j, 0, sizeof(j));
@@ -299,8 +309,8 @@ static int refcg_dw_planes(const refcg_isa* isa, int32_t q, const refcg_conv2d_p
   j.strip = (int32_t)((REFCG_DWP_EXPANDED / row_bytes - span) / p->stride_h + 1);
   for (int l = 0; l < 16; ++l) j.ix[l] = (l / 4) * p->stride_w + l % 4;
   for (int b = 0; b < 64; ++b) { /* pixel j of a 16-byte lane; taps as bytes, or int16 with zero high bytes */
-    const int32_t pix = b % 16 / 4, tap = isa->dw_qmax == 4 ? b % 4 : b % 4 / 2;
-    const int low = isa->dw_qmax == 4 || b % 2 == 0;
+    const int32_t pix = b % 16 / 4, tap = isa->dw.qmax == 4 ? b % 4 : b % 4 / 2;
+    const int low = isa->dw.qmax == 4 || b % 2 == 0;
     j.ctl[b] = low && tap < q ? (uint8_t)(pix * p->stride_w + tap * p->dilation_w) : 0x80;
   }
   j.flip = (p->in_dtype == REFCG_S8) == isa->signed_domain ? 0 : 0x80;
@@ -315,13 +325,13 @@ static int refcg_dw_planes(const refcg_isa* isa, int32_t q, const refcg_conv2d_p
     j.input = (const uint8_t*)input + n * p->in_stride[0];
     j.epi = refcg_make_epi(&k->requant, p->out_c, corr, (uint8_t*)output + n * p->out_stride[0] * out_elem,
                            p->out_dtype, p->out_stride[3]);
-    refcg_parallel(isa->dw_planes, &j, p->in_c);
+    refcg_parallel(isa->dw.planes, &j, p->in_c);
   }
   return 0;
 }
 
 /* 1x1 stride-1 unpadded conv, planar input and output: interleave, then the pixels-in-lanes tiles. */
-static int refcg_conv2d_planes(const refcg_isa* isa, const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
+static int refcg_conv2d_planes(const refcg_isa_config* isa, const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
                                const refcg_conv2d_fast* f, const void* input, void* output) {
   const int64_t hw = (int64_t)p->in_h * p->in_w;
   const int32_t kp = f->gemm.kp;
@@ -336,7 +346,7 @@ static int refcg_conv2d_planes(const refcg_isa* isa, const refcg_conv2d_params* 
     const refcg_gemmp_job j = {xi, hw, p->out_c, kp, f->gemm.w,
                                refcg_make_epi(&k->requant, p->out_c, corr, (uint8_t*)output + n * p->out_stride[0] * out_elem,
                                               p->out_dtype, p->out_stride[3])};
-    refcg_parallel(isa->gemm_planes, &j, (p->out_c + REFCG_GEMMP_MR - 1) / REFCG_GEMMP_MR * ((hw + REFCG_GEMMP_PX - 1) / REFCG_GEMMP_PX));
+    refcg_parallel(isa->gemm.planes, &j, (p->out_c + REFCG_GEMMP_MR - 1) / REFCG_GEMMP_MR * ((hw + REFCG_GEMMP_PX - 1) / REFCG_GEMMP_PX));
   }
   refcg_ws_free(xi);
   return 0;
@@ -344,15 +354,15 @@ static int refcg_conv2d_planes(const refcg_isa* isa, const refcg_conv2d_params* 
 
 REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
                            const refcg_conv2d_fast* f, const void* input, void* output) {
-  const refcg_isa* isa = refcg_isa_current();
+  const refcg_isa_config* isa = refcg_isa_current();
   /* the scalar variant of conv is the reference itself, unless the library stored only the packed
    * GEMM weights (dense, and groups == 1 convs: refcodegen emits their weights once) */
-  if ((isa == &refcg_isa_table[REFCG_NUM_ISA - 1] && k->weight) || !refcg_fast_usable(p, f))
+  if ((isa == &refcg_isa_scalar && k->weight) || !refcg_fast_usable(p, f))
     return refcg_conv2d_ref(p, k, input, output);
   const int32_t q = refcg_dwp_taps(isa, p, f);
   if (q > 0 && refcg_dw_planes(isa, q, p, k, f, input, output) == 0) return 0;
   if (f->kind == REFCG_FAST_DEPTHWISE && p->out_c != p->in_c) return refcg_conv2d_ref(p, k, input, output);
-  if (isa->gemm_planes && f->kind == REFCG_FAST_GEMM && p->kernel_h == 1 && p->kernel_w == 1 && p->stride_h == 1 &&
+  if (isa->gemm.planes && f->kind == REFCG_FAST_GEMM && p->kernel_h == 1 && p->kernel_w == 1 && p->stride_h == 1 &&
       p->stride_w == 1 && p->out_h == p->in_h && p->out_w == p->in_w && p->pad_top == 0 && p->pad_left == 0 &&
       refcg_planar(p->in_stride, p->in_h, p->in_w) && refcg_planar(p->out_stride, p->out_h, p->out_w))
     return refcg_conv2d_planes(isa, p, k, f, input, output);
@@ -385,7 +395,7 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
       const refcg_dw_job dj = {a, isa->signed_domain, wp, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
                                p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, f->dw_w, epi,
                                p->out_stride[1], p->out_stride[2]};
-      refcg_parallel(isa->dw_rows, &dj, p->out_h);
+      refcg_parallel(isa->dw.rows, &dj, p->out_h);
       continue;
     }
     /* segments: one per kernel row when taps of a row are adjacent, else one per tap */
@@ -399,8 +409,8 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
                               nseg, rows_contiguous ? p->kernel_w * cp : cp, seg_off, p->out_c, f->gemm.kp, f->gemm.w,
                               epi, unpack ? (int64_t)p->out_w * p->out_c : p->out_stride[1],
                               unpack ? p->out_c : p->out_stride[2]};
-    const int64_t nblocks = (p->out_c + 15) / 16, ngroups = (nblocks + isa->nv - 1) / isa->nv;
-    refcg_parallel(isa->gemm_tiles, &j, (j.m + isa->mr - 1) / isa->mr * ngroups);
+    const int64_t nblocks = (p->out_c + 15) / 16, ngroups = (nblocks + isa->gemm.nv - 1) / isa->gemm.nv;
+    refcg_parallel(isa->gemm.tiles, &j, (j.m + isa->gemm.mr - 1) / isa->gemm.mr * ngroups);
     if (unpack) {
       const refcg_unpack_job uj = {rows, (uint8_t*)out, p->out_w, p->out_c, p->out_stride[1], p->out_stride[3]};
       refcg_parallel(refcg_unpack_rows, &uj, p->out_h);
@@ -445,8 +455,8 @@ REFCG_API int refcg_dense(const refcg_dense_params* p, const refcg_gemm_weights*
 static inline int refcg_is_8bit(int32_t dtype) { return dtype == REFCG_S8 || dtype == REFCG_U8; }
 
 REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const void* b, void* out) {
-  const refcg_isa* isa = refcg_isa_current();
-  if (!isa->bin_rows || p->ndim < 1 || p->ndim > REFCG_MAX_DIMS) return refcg_binary_ref(p, a, b, out);
+  const refcg_isa_config* isa = refcg_isa_current();
+  if (!isa->binary_rows || p->ndim < 1 || p->ndim > REFCG_MAX_DIMS) return refcg_binary_ref(p, a, b, out);
   refcg_bin_job j;
   memset(&j, 0, sizeof(j));
   const int64_t rows = refcg_bin_merge(p, &j);
@@ -459,12 +469,12 @@ REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const vo
   j.a = (const uint8_t*)a;
   j.b = (const uint8_t*)b;
   j.out = (uint8_t*)out;
-  refcg_parallel(isa->bin_rows, &j, refcg_bin_chunks(&j, rows));
+  refcg_parallel(isa->binary_rows, &j, refcg_bin_chunks(&j, rows));
   return 0;
 }
 
 REFCG_API int refcg_pool2d(const refcg_pool2d_params* p, const void* input, void* output) {
-  const refcg_isa* isa = refcg_isa_current();
+  const refcg_isa_config* isa = refcg_isa_current();
   if (!isa->pool_planes || p->stride_h <= 0 || p->stride_w <= 0 || p->dilation_h <= 0 || p->dilation_w <= 0)
     return refcg_pool2d_ref(p, input, output);
   const int32_t phase_w = p->out_w + (p->kernel_w - 1) * p->dilation_w / p->stride_w + 1;

@@ -4,12 +4,12 @@
  * Inputs are in the int8 domain; s8 x s8 products fit int16 exactly (|p| <= 16384), so
  * smull + sadalp never saturates. Epilogue: the scalar requantize per element.
  */
-#if defined(__aarch64__)
+#include "refcg_fast_internal.h"
+
+#if defined(REFCG_HAVE_ARM)
 #include <arm_neon.h>
 #include <sys/auxv.h>
 #include <asm/hwcap.h>
-
-#define REFCG_HAVE_ARM 1
 
 /* Weights: 16 bytes = 4 channels x 4 k; input: its 4 bytes repeated. */
 REFCG_INLINE int8x16_t refcg_dup4_neon(const uint8_t* p) {
@@ -188,4 +188,26 @@ static void refcg_dwp_dotprod(const void* ctx, int64_t c0, int64_t c1) {
 REFCG_INLINE int refcg_cpu_neon(void) { return 1; /* Advanced SIMD is mandatory on aarch64 */ }
 REFCG_INLINE int refcg_cpu_dotprod(void) { return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0; }
 
-#endif /* aarch64 */
+const refcg_isa_config refcg_isa_dotprod = {
+    .name = "dotprod",
+    .features = "asimddp",
+    .supported = refcg_cpu_dotprod,
+    .signed_domain = 1,
+    .gemm = {.mr = 4, .nv = 1, .tiles = refcg_tiles_dotprod, .planes = NULL},
+    .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_dotprod, .qmax = 4},
+    .binary_rows = NULL,
+    .pool_planes = refcg_pool_neon,
+};
+
+const refcg_isa_config refcg_isa_neon = {
+    .name = "neon",
+    .features = "asimd",
+    .supported = refcg_cpu_neon,
+    .signed_domain = 1,
+    .gemm = {.mr = 2, .nv = 1, .tiles = refcg_tiles_neon, .planes = NULL},
+    .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_neon, .qmax = 4},
+    .binary_rows = NULL,
+    .pool_planes = refcg_pool_neon,
+};
+
+#endif /* REFCG_HAVE_ARM */

@@ -7,8 +7,11 @@
  * saturates int16 on full-range data. AVX2 zero-extends the inputs and sign-extends the
  * weights to int16 and uses vpmaddwd, whose pair sums are exact in int32.
  * The micro-kernels keep MR rows x several 16-channel blocks in independent accumulators.
+ * Each variant is one config (refcg_isa_config, at the end of this file).
  */
-#if defined(__x86_64__) || defined(__i386__)
+#include "refcg_fast_internal.h"
+
+#if defined(REFCG_HAVE_X86)
 /* GCC 12's AVX-512 headers self-initialise "undefined" vectors (GCC PR 105593): silence
  * that false positive for the header only, so -Wall -Wextra -Werror builds stay clean. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -20,8 +23,6 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-
-#define REFCG_HAVE_X86 1
 
 REFCG_INLINE int32_t refcg_load_i32(const uint8_t* p) {
   int32_t v;
@@ -997,4 +998,37 @@ REFCG_INLINE int refcg_cpu_avx512vnni(void) {
          __builtin_cpu_supports("avx512vnni");
 }
 
-#endif /* x86 */
+const refcg_isa_config refcg_isa_avx512vnni = {
+    .name = "avx512vnni",
+    .features = "avx512f avx512bw avx512vl avx512dq avx512vnni",
+    .supported = refcg_cpu_avx512vnni,
+    .signed_domain = 0,
+    .gemm = {.mr = REFCG_X512_MR, .nv = REFCG_X512_NV, .tiles = refcg_tiles_avx512vnni, .planes = refcg_gemmp_avx512},
+    .dw = {.rows = refcg_dw_avx512, .planes = refcg_dwp_avx512, .qmax = 4},
+    .binary_rows = refcg_bin_avx512,
+    .pool_planes = refcg_pool_avx512,
+};
+
+const refcg_isa_config refcg_isa_avxvnni = {
+    .name = "avxvnni",
+    .features = "avx2 fma avxvnni",
+    .supported = refcg_cpu_avxvnni,
+    .signed_domain = 0,
+    .gemm = {.mr = 6, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL},
+    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avxvnni, .qmax = 4},
+    .binary_rows = refcg_bin_avx2,
+    .pool_planes = refcg_pool_avx2,
+};
+
+const refcg_isa_config refcg_isa_avx2 = {
+    .name = "avx2",
+    .features = "avx2 fma",
+    .supported = refcg_cpu_avx2,
+    .signed_domain = 0,
+    .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avx2, .planes = NULL},
+    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avx2, .qmax = 2},
+    .binary_rows = refcg_bin_avx2,
+    .pool_planes = refcg_pool_avx2,
+};
+
+#endif /* REFCG_HAVE_X86 */

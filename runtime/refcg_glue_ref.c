@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "refcg.h"
+#include "refcg_internal.h"
 
 REFCG_API int refcg_reduce_ref(const refcg_reduce_params* p, const void* input, void* output) {
   if (p->reduce <= 0) return -1;

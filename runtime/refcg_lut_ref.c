@@ -3,7 +3,7 @@
  * The 256-entry table is computed at codegen time by TVM itself (refcodegen/lut.py), indexed
  * by the input's bit pattern, so int8 and uint8 inputs and outputs share one kernel.
  */
-#include "refcg.h"
+#include "refcg_internal.h"
 
 REFCG_API int refcg_lut_ref(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output) {
   if (p->size < 0) return -1;

@@ -5,7 +5,7 @@
  * number of taps inside the input (count_include_pad=0) or inside the explicitly
  * padded input (count_include_pad=1; the extra ceil_mode rows are never counted).
  */
-#include "refcg.h"
+#include "refcg_internal.h"
 
 REFCG_API int refcg_pool2d_ref(const refcg_pool2d_params* p, const void* input, void* output) {
   if (p->stride_h <= 0 || p->stride_w <= 0 || p->dilation_h <= 0 || p->dilation_w <= 0) return -1;

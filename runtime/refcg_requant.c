@@ -4,7 +4,7 @@
  * generated code wraps, and signed overflow would be undefined in C.
  */
 #include <math.h>
-#include "refcg.h"
+#include "refcg_internal.h"
 
 static inline int32_t refcg_wrap_sub32(int32_t a, int32_t b) {
   return (int32_t)((uint32_t)a - (uint32_t)b);

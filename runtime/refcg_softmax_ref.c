@@ -6,7 +6,7 @@
  * on negative values; the planner's bound check (refcodegen/softmax.py) rules out overflow.
  */
 #include <math.h>
-#include "refcg.h"
+#include "refcg_internal.h"
 
 /* q and x_b of one element, d = (x - zp) - max <= 0 */
 static inline void refcg_softmax_exp_parts(int32_t d, int32_t x0, int32_t* q, int32_t* xb) {

@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from refcodegen.core_cffi import DTYPE_CODE, Conv2D, Core, Dense
+from core_cffi import DTYPE_CODE, Conv2D, Core, Dense
 from refcodegen.emit import bundled_core, c_ints
 from refcodegen.numerics import FloatLowering, make_requantize
 
@@ -21,49 +21,67 @@ QEMU = shutil.which("qemu-aarch64")
 pytestmark = pytest.mark.skipif(not (CROSS and QEMU), reason="needs aarch64-linux-gnu-gcc and qemu-aarch64")
 
 
+def c_value(value) -> str:
+    """A C initializer: designated for dicts (field names as the header spells them), braced lists."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f".{k} = {c_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, (list, tuple)):
+        return "{ " + ", ".join(c_value(v) for v in value) + " }"
+    return str(value)
+
+
+def c_struct(core, ctype: str, name: str, value) -> str:
+    """``static const ctype name = {.field = ...}``; value: a dict or a cffi struct of that type."""
+    fields = [field for field, _ in core.ffi.typeof(ctype).fields]
+    if not isinstance(value, dict):  # a cffi struct: every field, arrays as lists
+        value = {f: list(v) if isinstance(v, core.ffi.CData) else v for f in fields for v in [getattr(value, f)]}
+    assert set(value) <= set(fields), set(value) - set(fields)
+    return f"static const {ctype} {name} = {c_value(value)};\n"
+
+
 def c_array(ctype: str, name: str, values) -> str:
     values = np.asarray(values).reshape(-1)
     return f"static const {ctype} {name}[{max(values.size, 1)}] = {{ {c_ints(values) if values.size else '0'} }};\n"
 
 
-def emit_requant(name: str, rq) -> str:
+def emit_requant(core, name: str, rq) -> str:
     return (c_array("int32_t", f"{name}_m", rq.multipliers) + c_array("int32_t", f"{name}_s", rq.shifts)
             + f"static const float {name}_f[] = {{ {', '.join(repr(float(v)) + 'f' for v in rq.scales_f32)} }};\n"
             + f"static const double {name}_d[] = {{ {', '.join(repr(float(v)) for v in rq.scales_f64)} }};\n"
-            + f"static const refcg_requant {name} = {{ {rq.mode}, {int(rq.per_channel)}, {int(rq.identity)}, "
-            f"{rq.input_zp}, {rq.output_zp}, {rq.out_min}, {rq.out_max}, {name}_m, {name}_s, {name}_f, {name}_d, "
-            f"{int(rq.fused)}, {int(rq.round_emulated)}, {rq.addend!r}f, {rq.post!r}f, {rq.addend!r}, {rq.post!r} }};\n")
+            + c_struct(core, "refcg_requant", name, dict(
+                mode=rq.mode, per_channel=int(rq.per_channel), identity=int(rq.identity), input_zp=rq.input_zp,
+                output_zp=rq.output_zp, out_min=rq.out_min, out_max=rq.out_max, multiplier=f"{name}_m",
+                shift=f"{name}_s", scale_f32=f"{name}_f", scale_f64=f"{name}_d", fused=int(rq.fused),
+                round_emulated=int(rq.round_emulated), addend_f32=f"{rq.addend!r}f", post_f32=f"{rq.post!r}f",
+                addend_f64=repr(rq.addend), post_f64=repr(rq.post))))
 
 
-def emit_conv(i: int, conv: Conv2D, x, rq, bias, want) -> str:
-    f, p = conv.fast_data, conv.p
-    fields = ["batch", "in_h", "in_w", "in_c", "out_h", "out_w", "out_c", "kernel_h", "kernel_w", "stride_h",
-              "stride_w", "dilation_h", "dilation_w", "pad_top", "pad_left", "groups", "in_dtype", "w_dtype",
-              "out_dtype", "input_zp", "kernel_zp"]
-    text = emit_requant(f"rq{i}", rq) + c_array("int8_t", f"w{i}", conv.weight) + c_array("int32_t", f"b{i}", bias)
+def emit_conv(core, i: int, conv: Conv2D, x, rq, bias, want) -> str:
+    f = conv.fast_data
+    text = emit_requant(core, f"rq{i}", rq) + c_array("int8_t", f"w{i}", conv.weight) + c_array("int32_t", f"b{i}", bias)
     text += c_array("int8_t" if x.dtype == np.int8 else "uint8_t", f"x{i}", x) + c_array("int8_t", f"want{i}", want)
-    text += (f"static const refcg_conv2d_params p{i} = {{ {', '.join(str(getattr(p, k)) for k in fields)}, "
-             f"{{ {', '.join(map(str, p.in_stride))} }}, {{ {', '.join(map(str, p.out_stride))} }} }};\n")
+    text += c_struct(core, "refcg_conv2d_params", f"p{i}", conv.p)
     if f.gemm is not None:
         g = f.gemm
         text += c_array("int8_t", f"gw{i}", g.w) + c_array("int32_t", f"gu{i}", g.corr_u8) + c_array("int32_t", f"gs{i}", g.corr_s8)
-        fast = f"{{ 1, {f.cp}, {{ {g.kp}, {g.np}, gw{i}, gu{i}, gs{i} }}, NULL, NULL, NULL }}"
+        fast = dict(gemm=dict(kp=g.kp, np=g.np, w=f"gw{i}", corr_u8=f"gu{i}", corr_s8=f"gs{i}"))
     else:
         text += (c_array("int16_t", f"dw{i}", f.dw_w) + c_array("int32_t", f"du{i}", f.dw_corr_u8)
                  + c_array("int32_t", f"ds{i}", f.dw_corr_s8))
-        fast = f"{{ 2, {f.cp}, {{ 0, 0, NULL, NULL, NULL }}, dw{i}, du{i}, ds{i} }}"
-    text += f"static const refcg_conv2d_fast f{i} = {fast};\n"
-    text += f"static const refcg_conv2d_consts k{i} = {{ w{i}, b{i}, rq{i} }};\n"
+        fast = dict(dw_w=f"dw{i}", dw_corr_u8=f"du{i}", dw_corr_s8=f"ds{i}")
+    text += c_struct(core, "refcg_conv2d_fast", f"f{i}", dict(kind=f.kind, cp=f.cp, **fast))
+    text += c_struct(core, "refcg_conv2d_consts", f"k{i}", dict(weight=f"w{i}", bias=f"b{i}", requant=f"rq{i}"))
     return text
 
 
-def emit_dense(i: int, dense: Dense, x, rq, want) -> str:
+def emit_dense(core, i: int, dense: Dense, x, rq, want) -> str:
     g = dense.packed
-    return (emit_requant(f"drq{i}", rq) + c_array("int8_t", f"dgw{i}", g.w) + c_array("int32_t", f"dgu{i}", g.corr_u8)
-            + c_array("int32_t", f"dgs{i}", g.corr_s8) + c_array("int8_t", f"dx{i}", x) + c_array("int8_t", f"dwant{i}", want)
-            + f"static const refcg_gemm_weights dg{i} = {{ {g.kp}, {g.np}, dgw{i}, dgu{i}, dgs{i} }};\n"
-            + f"static const refcg_dense_params dp{i} = {{ {dense.p.batch}, {dense.p.in_features}, {dense.p.units}, "
-            f"{dense.p.in_dtype}, 0, {dense.p.out_dtype}, {dense.p.input_zp}, 0 }};\n")
+    return (emit_requant(core, f"drq{i}", rq) + c_array("int8_t", f"dgw{i}", g.w)
+            + c_array("int32_t", f"dgu{i}", g.corr_u8) + c_array("int32_t", f"dgs{i}", g.corr_s8)
+            + c_array("int8_t", f"dx{i}", x) + c_array("int8_t", f"dwant{i}", want)
+            + c_struct(core, "refcg_gemm_weights", f"dg{i}", dict(kp=g.kp, np=g.np, w=f"dgw{i}", corr_u8=f"dgu{i}",
+                                                                   corr_s8=f"dgs{i}"))
+            + c_struct(core, "refcg_dense_params", f"dp{i}", dense.p))
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +106,7 @@ def arm_binary(tmp_path_factory):
         izp = 3 if dtype == "int8" else 120
         conv = Conv2D(core, in_shape=x.shape, layout=layout, weight_ohwi=weight, strides=stride, padding=pad,
                       groups=groups, in_dtype=dtype, input_zp=izp, bias=bias, requant=rq)
-        convs.append(emit_conv(i, conv, x, rq, bias, conv.run(x, fast=False)))
+        convs.append(emit_conv(core, i, conv, x, rq, bias, conv.run(x, fast=False)))
         checks.append(f"  bad += check(\"conv{i}\", refcg_conv2d(&p{i}, &k{i}, &f{i}, x{i}, out), want{i}, sizeof(want{i}));")
     # float32 rounding boundaries (tests/fma_cases.py) fused, with TVM's non-sse4.1 rounding, as aarch64 builds
     x = np.arange(-128, 128, dtype=np.int8).reshape(1, 16, 16, 1)
@@ -98,7 +116,7 @@ def arm_binary(tmp_path_factory):
                              lowering=FloatLowering(sse41=False, fma=True))
         conv = Conv2D(core, in_shape=x.shape, layout="NHWC", weight_ohwi=np.ones((len(bias), 1, 1, 1), np.int8),
                       bias=bias, requant=rq)
-        convs.append(emit_conv(i, conv, x, rq, bias, conv.run(x, fast=False)))
+        convs.append(emit_conv(core, i, conv, x, rq, bias, conv.run(x, fast=False)))
         checks.append(f"  bad += check(\"conv{i}\", refcg_conv2d(&p{i}, &k{i}, &f{i}, x{i}, out), want{i}, sizeof(want{i}));")
     x = full_range(rng, (5, 300), "int8")
     weight = full_range(rng, (70, 300), "int8")
@@ -106,17 +124,20 @@ def arm_binary(tmp_path_factory):
     dense = Dense(core, weight_nk=weight, batch=5, input_zp=-2, requant=rq)
     conv = Conv2D(core, in_shape=(1, 5, 1, 300), layout="NHWC", weight_ohwi=weight.reshape(70, 1, 1, 300),
                   input_zp=-2, requant=rq)
-    convs.append(emit_dense(0, dense, x, rq, conv.run(x.reshape(1, 5, 1, 300), fast=False)))
+    convs.append(emit_dense(core, 0, dense, x, rq, conv.run(x.reshape(1, 5, 1, 300), fast=False)))
     checks.append("  bad += check(\"dense0\", refcg_dense(&dp0, &dg0, &drq0, dx0, out), dwant0, sizeof(dwant0));")
     for i, (kind, dtype) in enumerate([("max", "int8"), ("avg", "uint8")]):  # pools on NCHW planes
         x = full_range(rng, (1, 6, 13, 37), dtype)
-        values = [1, 13, 37, 6, 7, 19, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, int(kind == "avg"), 0] + [DTYPE_CODE[dtype]] * 2
-        p = core.ffi.new("refcg_pool2d_params*", values + [[6 * 13 * 37, 37, 1, 13 * 37], [6 * 7 * 19, 19, 1, 7 * 19]])
+        values = dict(batch=1, in_h=13, in_w=37, channels=6, out_h=7, out_w=19, kernel_h=3, kernel_w=3, stride_h=2,
+                      stride_w=2, dilation_h=1, dilation_w=1, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                      is_avg=int(kind == "avg"), count_include_pad=0, in_dtype=DTYPE_CODE[dtype],
+                      out_dtype=DTYPE_CODE[dtype], in_stride=[6 * 13 * 37, 37, 1, 13 * 37],
+                      out_stride=[6 * 7 * 19, 19, 1, 7 * 19])
+        p = core.ffi.new("refcg_pool2d_params*", values)
         want = np.empty((1, 6, 7, 19), dtype)
         assert core.lib.refcg_pool2d_ref(p, core.ffi.from_buffer(x), core.ffi.from_buffer(want)) == 0
         convs.append(c_array("int8_t" if dtype == "int8" else "uint8_t", f"px{i}", x) + c_array("int8_t", f"pwant{i}", want.view(np.int8))
-                     + f"static const refcg_pool2d_params pp{i} = {{ {', '.join(map(str, values))}, "
-                     f"{{ {6 * 13 * 37}, 37, 1, {13 * 37} }}, {{ {6 * 7 * 19}, 19, 1, {7 * 19} }} }};\n")
+                     + c_struct(core, "refcg_pool2d_params", f"pp{i}", values))
         checks.append(f"  bad += check(\"pool{i}\", refcg_pool2d(&pp{i}, px{i}, out), pwant{i}, sizeof(pwant{i}));")
     program = ("#include <stdio.h>\n#include <stdint.h>\n#include <string.h>\n" + bundled_core() + "\n"
                + "".join(convs) + """

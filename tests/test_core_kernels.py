@@ -1,13 +1,16 @@
-"""The accelerated C core through cffi: every variant this host runs against the scalar
-reference (bit-exact, all requantize modes, full-range data) and the reference against numpy."""
+"""The accelerated C core through cffi: every case on every variant compiled for this architecture
+against the scalar reference (bit-exact, all requantize modes, full-range data) and the reference
+against numpy. A variant the host cannot run is a skip naming the CPU features it lacks."""
 import itertools
 import os
+import subprocess
+import sys
 import zlib
 
 import numpy as np
 import pytest
 
-from refcodegen.core_cffi import Conv2D, Core, Dense
+from core_cffi import DTYPE_CODE, Conv2D, Core, Dense
 import fma_cases as fc
 from refcodegen.numerics import MODES, FloatLowering, make_requantize, no_requantize
 
@@ -16,19 +19,20 @@ LOWERINGS = [FloatLowering(sse41, fma) for sse41 in (True, False) for fma in (Tr
 FMA, NO_FMA = FloatLowering(True, True), FloatLowering(True, False)
 
 
+CORE = Core()  # built once per source (cached): its variants parametrize the tests
+
+
 @pytest.fixture(scope="module")
 def core():
-    return Core()
+    return CORE
 
 
-@pytest.fixture
-def variant_env():
-    saved = os.environ.get("REFCG_ISA")
-    yield
-    if saved is None:
-        os.environ.pop("REFCG_ISA", None)
-    else:
-        os.environ["REFCG_ISA"] = saved
+@pytest.fixture(params=list(CORE.compiled_variants()))
+def isa(request):
+    """Every later core call of the test runs on this variant."""
+    CORE.use_or_skip(request.param)
+    yield request.param
+    CORE.use(None)
 
 
 def full_range(rng, shape, dtype):
@@ -77,7 +81,7 @@ SHAPES = [
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"c{s[0]}o{s[1]}k{s[3][0]}x{s[3][1]}g{s[7]}")
 @pytest.mark.parametrize("layout,in_dtype", [("NHWC", "int8"), ("NCHW", "int8"), ("NHWC", "uint8"), ("NCHW", "uint8")])
-def test_conv_variants_bit_exact(core, variant_env, shape, layout, in_dtype):
+def test_conv_variants_bit_exact(core, isa, shape, layout, in_dtype):
     in_c, out_c, (h, w), kernel, stride, pad, dilation, groups = shape
     groups = in_c if groups == "dw" else groups
     rng = np.random.default_rng(zlib.crc32(repr((shape, layout, in_dtype)).encode()))
@@ -110,12 +114,10 @@ def test_conv_variants_bit_exact(core, variant_env, shape, layout, in_dtype):
         packed_only = Conv2D(core, out_dtype=out_dtype, bias=bias, requant=rq, reference_weights=False, **common)
         ref = conv.run(x, fast=False)
         assert len(np.unique(ref)) > 8  # the requantize does not collapse everything
-        for isa in core.variants():
-            os.environ["REFCG_ISA"] = isa
-            assert core.isa_name() == isa
-            for run in [conv] + ([packed_only] if groups == 1 else []):
-                got = run.run(x)
-                assert np.array_equal(got, ref), f"{isa} {out_dtype} mode {rq.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
+        assert core.isa_name() == isa
+        for run in [conv] + ([packed_only] if groups == 1 else []):
+            got = run.run(x)
+            assert np.array_equal(got, ref), f"{isa} {out_dtype} mode {rq.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
     with pytest.raises(RuntimeError):  # no weights, no reference: an error, not a crash
         packed_only.run(x, fast=False)
 
@@ -151,7 +153,7 @@ DW_SHAPES = [
 @pytest.mark.parametrize("shape", DW_SHAPES, ids=lambda s: f"c{s[0]}m{s[1]}w{s[2][1]}k{s[3][1]}s{s[4][1]}d{s[6][1]}")
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
-def test_depthwise_variants_bit_exact(core, variant_env, shape, layout, in_dtype):
+def test_depthwise_variants_bit_exact(core, isa, shape, layout, in_dtype):
     """Depthwise on full-range data, every variant against the reference and numpy: the plane
     kernels (NCHW) and the channel kernels (NHWC), channel multipliers on the plane kernels."""
     from refcodegen.packing import pack_conv2d_fast
@@ -175,25 +177,22 @@ def test_depthwise_variants_bit_exact(core, variant_env, shape, layout, in_dtype
         if out_dtype == "int32":
             biased = ((want.astype(np.int64) + bias) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
             assert np.array_equal(ref if layout == "NHWC" else ref.transpose(0, 2, 3, 1), biased)
-        for isa in core.variants():
-            os.environ["REFCG_ISA"] = isa
-            got = conv.run(x)
-            assert np.array_equal(got, ref), f"{isa} {out_dtype} mode {rq.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
+        got = conv.run(x)
+        assert np.array_equal(got, ref), f"{isa} {out_dtype} mode {rq.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
 
 
 def run_binary(core, op, x, y, out_dtype, rq_a, rq_b, zps, out_range, reference):
     """refcg_binary (or refcg_binary_ref) with numpy broadcasting of x and y."""
-    from refcodegen.core_cffi import DTYPE_CODE
-
     out_shape = np.broadcast_shapes(x.shape, y.shape)
     ndim = len(out_shape)
     p = core.ffi.new("refcg_binary_params*")
-    p.op, p.ndim = {"add": 0, "sub": 1, "mul": 2}[op], ndim
-    p.shape = list(out_shape) + [0] * (6 - ndim)
+    p.op = {"add": core.lib.REFCG_BIN_ADD, "sub": core.lib.REFCG_BIN_SUB, "mul": core.lib.REFCG_BIN_MUL}[op]
+    p.ndim = ndim
+    p.shape = list(out_shape) + [0] * (len(p.shape) - ndim)
     for name, arr in (("a_stride", x), ("b_stride", y)):
         shape = (1,) * (ndim - arr.ndim) + arr.shape
         compact = np.cumprod((shape[1:] + (1,))[::-1])[::-1]
-        setattr(p, name, [int(st) if dim != 1 else 0 for dim, st in zip(shape, compact)] + [0] * (6 - ndim))
+        setattr(p, name, [int(st) if dim != 1 else 0 for dim, st in zip(shape, compact)] + [0] * (len(p.shape) - ndim))
     p.a_dtype, p.b_dtype, p.out_dtype = DTYPE_CODE[str(x.dtype)], DTYPE_CODE[str(y.dtype)], DTYPE_CODE[out_dtype]
     p.a_zp, p.b_zp, p.out_zp = zps
     p.out_min, p.out_max = out_range
@@ -212,7 +211,7 @@ BINARY_SHAPES = [((1, 16, 7, 9), (1, 16, 7, 9)), ((1, 5, 3, 37), (1, 5, 1, 1)), 
 
 @pytest.mark.parametrize("shapes", BINARY_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("op", ["add", "sub", "mul"])
-def test_binary_variants_bit_exact(core, variant_env, shapes, op):
+def test_binary_variants_bit_exact(core, isa, shapes, op):
     """qnn.add/subtract/mul on full-range int8 x uint8 data, every requantize mode, every variant
     against the reference; the identity-scale add against numpy."""
     rng = np.random.default_rng(zlib.crc32(repr((shapes, op)).encode()))
@@ -226,17 +225,13 @@ def test_binary_variants_bit_exact(core, variant_env, shapes, op):
             rq_b = make_requantize(np.float32(0.45), np.float32(1.0), zps[1], zps[2], "int32", rounding, compute)
         ref = run_binary(core, op, x, y, "int8", rq_a, rq_b, zps, out_range, reference=True)
         assert len(np.unique(ref)) > min(8, ref.size - 1)  # the requantize does not collapse everything
-        for isa in core.variants():
-            os.environ["REFCG_ISA"] = isa
-            got = run_binary(core, op, x, y, "int8", rq_a, rq_b, zps, out_range, reference=False)
-            assert np.array_equal(got, ref), f"{isa} mode {rq_a.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
+        got = run_binary(core, op, x, y, "int8", rq_a, rq_b, zps, out_range, reference=False)
+        assert np.array_equal(got, ref), f"{isa} mode {rq_a.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
     if op == "add":  # equal scales: TVM skips the multiplies, a plain integer sum
         same = make_requantize(np.float32(1.0), np.float32(1.0), zps[0], zps[2], "int32", "UPWARD", "int64")
         same_b = make_requantize(np.float32(1.0), np.float32(1.0), zps[1], zps[2], "int32", "UPWARD", "int64")
         want = np.clip(x.astype(np.int64) - zps[0] + y.astype(np.int64) - zps[1] + zps[2], *out_range)
-        for isa in core.variants():
-            os.environ["REFCG_ISA"] = isa
-            assert np.array_equal(run_binary(core, op, x, y, "int8", same, same_b, zps, out_range, False), want), isa
+        assert np.array_equal(run_binary(core, op, x, y, "int8", same, same_b, zps, out_range, False), want), isa
 
 
 def numpy_pool_nchw(x, kernel, stride, pad, dilation, out_hw, is_avg, include_pad):
@@ -273,9 +268,7 @@ POOL_SHAPES = [
 @pytest.mark.parametrize("shape", POOL_SHAPES, ids=lambda s: f"c{s[0]}w{s[1][1]}k{s[2][1]}s{s[3][1]}")
 @pytest.mark.parametrize("kind", ["max", "avg", "avg_pad", "avg_int32"])
 @pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
-def test_pool_variants_bit_exact(core, variant_env, shape, kind, in_dtype):
-    from refcodegen.core_cffi import DTYPE_CODE
-
+def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype):
     c, (h, w), kernel, stride, pad, dilation, out_hw = shape
     if out_hw is None:
         out_hw = tuple((size + pad[i] + pad[i + 2] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
@@ -295,17 +288,16 @@ def test_pool_variants_bit_exact(core, variant_env, shape, kind, in_dtype):
     p.in_stride = [c * h * w, w, 1, h * w]
     p.out_stride = [c * out_hw[0] * out_hw[1], out_hw[1], 1, out_hw[0] * out_hw[1]]
     want = numpy_pool_nchw(x, kernel, stride, pad, dilation, out_hw, is_avg, include_pad)
-    for isa, fn in [("scalar", core.lib.refcg_pool2d_ref)] + [(isa, core.lib.refcg_pool2d) for isa in core.variants()]:
-        os.environ["REFCG_ISA"] = isa
+    for name, fn in [("reference", core.lib.refcg_pool2d_ref), (isa, core.lib.refcg_pool2d)]:
         out = np.full((2, c, *out_hw), 99, out_dtype)
         assert fn(p, core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
-        assert np.array_equal(out, want), f"{isa}: {np.abs(out - want).max()}"
+        assert np.array_equal(out, want), f"{name}: {np.abs(out - want).max()}"
 
 
 # (100, 1000, 40): AVX2 widens weights per chunk of K (> 768 here: two chunks) for groups of 96 rows
 @pytest.mark.parametrize("batch,features,units", [(1, 1024, 1000), (7, 77, 45), (13, 256, 33), (100, 1000, 40)])
 @pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
-def test_dense_variants_match_numpy(core, variant_env, batch, features, units, in_dtype):
+def test_dense_variants_match_numpy(core, isa, batch, features, units, in_dtype):
     rng = np.random.default_rng(batch * 1000 + features)
     x = full_range(rng, (batch, features), in_dtype)
     weight = full_range(rng, (units, features), "int8")
@@ -322,13 +314,11 @@ def test_dense_variants_match_numpy(core, variant_env, batch, features, units, i
     conv = Conv2D(core, in_shape=(1, batch, 1, features), layout="NHWC", weight_ohwi=weight.reshape(units, 1, 1, -1),
                   in_dtype=in_dtype, input_zp=izp, bias=bias, requant=rq)
     ref = conv.run(x.reshape(1, batch, 1, features), fast=False).reshape(batch, units)
-    for isa in core.variants():
-        os.environ["REFCG_ISA"] = isa
-        assert np.array_equal(raw.run(x), want), isa
-        assert np.array_equal(dense.run(x), ref), isa
+    assert np.array_equal(raw.run(x), want), isa
+    assert np.array_equal(dense.run(x), ref), isa
 
 
-def test_kernel_zero_point_folding_and_fallback(core, variant_env):
+def test_kernel_zero_point_folding_and_fallback(core, isa):
     """uint8 weights with zero point 128 fold into int8; a w - kzp outside int8 keeps the reference."""
     rng = np.random.default_rng(5)
     x = full_range(rng, (1, 6, 7, 10), "int8")
@@ -338,33 +328,49 @@ def test_kernel_zero_point_folding_and_fallback(core, variant_env):
                       kernel_zp=kzp, out_dtype="int32", requant=no_requantize())
         assert (conv.fast_data is not None) == fast
         want = numpy_conv_nhwc(x, weight, 3, kzp, (1, 1), (1, 1, 1, 1), (1, 1), 1)
-        for isa in core.variants():
-            os.environ["REFCG_ISA"] = isa
-            assert np.array_equal(conv.run(x), want), isa
+        assert np.array_equal(conv.run(x), want), isa
 
 
-def test_isa_selection(core, variant_env):
+def test_isa_selection(core):
     variants = core.variants()
-    os.environ.pop("REFCG_ISA", None)
-    assert core.isa_name() == variants[0]  # best supported first
-    os.environ["REFCG_ISA"] = "no-such-isa"
-    assert core.isa_name() == variants[0]
-    assert core.lib.refcg_isa_supported(b"scalar") == 1
+    assert list(core.compiled_variants())[-1] == variants[-1] == "scalar"
+    assert core.lib.refcg_isa_supported(b"scalar") == 1 and core.lib.refcg_isa_supported(b"no-such-isa") == 0
+    saved = os.environ.get("REFCG_ISA")
+    try:
+        for name in variants:
+            assert core.lib.refcg_set_isa(name.encode()) == 0 and core.isa_name() == name
+        assert core.lib.refcg_set_isa(b"no-such-isa") == -1
+        assert core.isa_name() == variants[0]  # an unsupported name: the best supported variant
+        os.environ["REFCG_ISA"] = variants[-1]
+        assert core.isa_name() == variants[0]  # the environment is read once, at the first call
+    finally:
+        os.environ.pop("REFCG_ISA", None) if saved is None else os.environ.__setitem__("REFCG_ISA", saved)
+        core.use(None)
 
+
+def test_refcg_isa_is_read_at_the_first_call(core):
+    """REFCG_ISA set before the process starts picks the variant (an unsupported name or none: the best)."""
+    script = ("import importlib.util as u, sys; s = u.spec_from_file_location(sys.argv[1].split('.')[0], sys.argv[2]);"
+              "m = u.module_from_spec(s); s.loader.exec_module(m); print(m.ffi.string(m.lib.refcg_isa_name()).decode())")
+    name = os.path.basename(core.path)
+    children = {forced: subprocess.Popen([sys.executable, "-c", script, name, core.path], stdout=subprocess.PIPE,
+                                         env=dict(os.environ, REFCG_ISA=forced), text=True)
+                for forced in ("scalar", "no-such-isa", "")}
+    got = {forced: child.communicate(timeout=120)[0].strip() for forced, child in children.items()}
+    best = core.variants()[0]
+    assert got == {"scalar": "scalar", "no-such-isa": best, "": best}
 
 
 def check_variants(core, run, lowering):
-    """run(reference) on every variant equals the scalar reference; returns the reference."""
+    """run(reference) on the variant in use equals the scalar reference; returns the reference."""
     ref = run(True)
-    for isa in core.variants():
-        os.environ["REFCG_ISA"] = isa
-        got = run(False)
-        assert np.array_equal(got, ref), f"{isa} {lowering}: {np.abs(got - ref.astype(np.int64)).max()}"
+    got = run(False)
+    assert np.array_equal(got, ref), f"{core.isa_name()} {lowering}: {np.abs(got - ref.astype(np.int64)).max()}"
     return ref
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-def test_float_requantize_boundaries_every_variant(core, variant_env, layout):
+def test_float_requantize_boundaries_every_variant(core, isa, layout):
     """The stored boundary accumulators (tests/fma_cases.py) through a 1x1 conv of unit weights
     (acc = bias + x), per channel and per tensor, float32 and float64, and qnn.mul's boundary product:
     every variant equals the scalar reference under each FloatLowering (fused or separate multiply-add,

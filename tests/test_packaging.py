@@ -4,7 +4,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from refcodegen.resources import core_sources, templates_dir
+from refcodegen.resources import core_files, core_sources, templates_dir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -16,11 +16,12 @@ def test_wheel_ships_templates_and_runtime(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for template in (REPO / "templates").glob("*.j2"):
         assert f"refcodegen/templates/{template.name}" in names
-    for source in core_sources():
-        assert f"refcodegen/runtime/{source.name}" in names
-    assert "refcodegen/runtime/CORE_SOURCES" in names
+    runtime = REPO / "runtime"
+    assert len(core_sources()) >= 10 and (runtime / "include" / "refcg.h") in core_files()
+    for path in core_files():
+        assert f"refcodegen/runtime/{path.relative_to(runtime).as_posix()}" in names
 
 
 def test_resources_resolve_where_the_package_is():
     assert (templates_dir() / "module.c.j2").is_file()
-    assert all(path.is_file() for path in core_sources())
+    assert all(path.is_file() for path in core_files())

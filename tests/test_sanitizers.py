@@ -2,7 +2,8 @@
 
 The instrumented code runs in a child Python with libasan preloaded (Python itself is not
 instrumented); any report makes the child exit non-zero (``-fno-sanitize-recover=all``) and the
-test shows its stderr. Every kernel variant this host supports runs (``REFCG_ISA``).
+test shows its stderr. Every kernel variant this host supports runs (refcg_set_isa in the cffi
+build; REFCG_ISA and a fresh copy of the library per variant in exported models).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from tvm import relay
 from conftest import build_and_load, run
 from refcodegen import offload_report, partition_for_refcg
 from refcodegen.partition import refcg_functions
-from refcodegen.core_cffi import CDEF
+from core_cffi import Core, header_cdef
 from refcodegen.emit import bundled_core
 from test_fuzz import ChainSpec, build_batch, merge_partitions
 
@@ -72,14 +73,14 @@ def test_core_under_sanitizers(tmp_path):
     import cffi
 
     ffi = cffi.FFI()
-    ffi.cdef(CDEF)
+    ffi.cdef(header_cdef())
     ffi.set_source("_refcg_core_sanitized", "#include <stdint.h>\n#include <stddef.h>\n" + bundled_core(),
                    extra_compile_args=["-O1", "-ffp-contract=off", *SANITIZE], extra_link_args=SANITIZE[:1])
     so = ffi.compile(tmpdir=str(tmp_path), verbose=False)
     out = run_sanitized(f"""
         import importlib.util, os
         import numpy as np
-        from refcodegen.core_cffi import Conv2D, Core, Dense
+        from core_cffi import Conv2D, Core, Dense
         from refcodegen.numerics import make_requantize
         spec = importlib.util.spec_from_file_location("_refcg_core_sanitized", {so!r})
         module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
@@ -108,7 +109,7 @@ def test_core_under_sanitizers(tmp_path):
             x = data(shape, dtype)
             want = conv.run(x, fast=False)
             for isa in core.variants():
-                os.environ["REFCG_ISA"] = isa
+                core.use(isa)
                 assert np.array_equal(conv.run(x), want), (isa, layout, in_c, out_c, groups)
                 count += 1
         for batch, features, units, dtype in [(1, 1024, 10, "int8"), (3, 37, 19, "uint8"), (64, 65, 33, "int8")]:
@@ -118,7 +119,7 @@ def test_core_under_sanitizers(tmp_path):
             x = data((batch, features), dtype)
             outs = []
             for isa in core.variants():
-                os.environ["REFCG_ISA"] = isa
+                core.use(isa)
                 outs.append(dense.run(x)); count += 1
             assert all(np.array_equal(o, outs[-1]) for o in outs), "dense variants differ"
         print(count, core.variants())
@@ -182,22 +183,24 @@ def test_exported_model_under_sanitizers(tmp_path):
         lib = relay.build(partitioned, target="llvm")
     lib.export_library(str(tmp_path / "refcg_asan.so"), options=SANITIZE)
     np.savez(tmp_path / "inputs.npz", **inputs)
-    out = run_sanitized("""
-        import os
+    variants = Core().variants()
+    out = run_sanitized(f"""
+        import os, shutil
         import numpy as np, tvm
         from tvm.contrib import graph_executor
-        from refcodegen.core_cffi import X86_VARIANTS, ARM_VARIANTS
-        gm = graph_executor.GraphModule(tvm.runtime.load_module("refcg_asan.so")["default"](tvm.cpu()))
         inputs = dict(np.load("inputs.npz"))
-        for isa in X86_VARIANTS + ARM_VARIANTS + ("scalar",):
-            os.environ["REFCG_ISA"] = isa  # unsupported names fall back to the best supported variant
+        for isa in {variants!r}:
+            os.environ["REFCG_ISA"] = isa  # read at the first call of a freshly loaded copy
+            lib = tvm.runtime.load_module(shutil.copy("refcg_asan.so", f"refcg_asan_{{isa}}.so"))
+            gm = graph_executor.GraphModule(lib["default"](tvm.cpu()))
             for k, v in inputs.items():
                 gm.set_input(k, v)
             gm.run()
-            np.savez(f"out_{isa}.npz", *[gm.get_output(i).numpy() for i in range(gm.get_num_outputs())])
+            np.savez(f"out_{{isa}}.npz", *[gm.get_output(i).numpy() for i in range(gm.get_num_outputs())])
         print("ok")
     """, tmp_path)
     assert out.strip() == "ok"
+    assert len(list(tmp_path.glob("out_*.npz"))) == len(variants)
     for path in sorted(tmp_path.glob("out_*.npz")):
         got = np.load(path)
         for i, want in enumerate(reference):

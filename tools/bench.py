@@ -79,7 +79,7 @@ PEAKS = {"avx512vnni": 12 * 64, "avxvnni": 12 * 32, "avx2_vpmaddwd": 12 * 16}
 def measure_peaks() -> dict:
     import cffi
 
-    from refcodegen.core_cffi import Core
+    from tests.core_cffi import Core
 
     core = Core()
     ffi = cffi.FFI()
@@ -381,7 +381,7 @@ def main() -> None:
         build_child(name, target, path, refcg == "1")
         return
 
-    from refcodegen.core_cffi import Core
+    from tests.core_cffi import Core
 
     peaks = measure_peaks()
     peak_name = "avx512vnni" if "avx512vnni" in peaks else ("avxvnni" if "avxvnni" in peaks else "avx2_vpmaddwd")
@@ -462,7 +462,7 @@ def check_not_degenerate(name: str, outputs: dict) -> None:
 
 
 def core_dense_runner(name: str, x: np.ndarray):
-    from refcodegen.core_cffi import Core, Dense
+    from tests.core_cffi import Core, Dense
     from refcodegen.numerics import make_requantize
 
     m, k, n = {"dense_1x1024x1000": (1, 1024, 1000), "dense_64x512x512": (64, 512, 512)}[name]

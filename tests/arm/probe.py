@@ -1,6 +1,7 @@
 """A tiny aarch64 library, loaded over RPC next to the models, to steer and observe the C core's
-run-time dispatch in the server process: REFCG_ISA is read by every dispatching call, and the
-probe bundles the same core, so it reports the variant refcg modules pick on that CPU."""
+run-time dispatch in the server process: a refcg library reads REFCG_ISA at its first dispatching
+call (Server.run loads a fresh copy per run), and the probe bundles the same core, so it reports the
+variant refcg modules pick on that CPU."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,10 +23,12 @@ _SOURCE = r"""
 %(core)s
 static const char* const refcg_probe_isas[] = {%(isas)s};
 
-/* refcg_probe_set_isa(name): REFCG_ISA=name for this process ("" unsets it). */
+/* refcg_probe_set_isa(name): REFCG_ISA=name for the libraries loaded next ("" unsets it), and the
+ * probe's own core switched to it (that core chose its variant at its first call). */
 extern "C" TVM_DLL int32_t refcg_probe_set_isa(TVMValue* args, int* codes, int n, TVMValue* ret, int* ret_code) {
   if (n != 1 || codes[0] != kTVMStr) return -1;
   if (*args[0].v_str) setenv("REFCG_ISA", args[0].v_str, 1); else unsetenv("REFCG_ISA");
+  refcg_set_isa(args[0].v_str);
   ret->v_int64 = 0;
   *ret_code = kDLInt;
   return 0;

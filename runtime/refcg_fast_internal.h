@@ -1,14 +1,25 @@
 /*
- * Shared pieces of the accelerated kernels: the tile job every ISA variant executes,
- * the scalar epilogue, threads and workspace.
+ * Internals of the accelerated kernels (refcg_fast*.c), not part of the API: the jobs every
+ * ISA variant executes, the scalar epilogue, threads and workspace, and the per-variant
+ * configs the dispatcher chooses from.
  *
  * Threads and workspace come from the TVM runtime when the generated module includes
  * tvm/runtime/c_backend_api.h before the core (TVMBackendParallelLaunch honours
- * TVM_NUM_THREADS); the standalone cffi build has no TVM runtime and gets a serial shim.
+ * TVM_NUM_THREADS); standalone builds (librefcg_core.a, the cffi harness) get a serial shim.
  */
+#ifndef REFCG_FAST_INTERNAL_H_
+#define REFCG_FAST_INTERNAL_H_
+
 #include <stdlib.h>
 #include <string.h>
-#include "refcg_fast.h"
+#include "refcg_internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define REFCG_HAVE_X86 1 /* refcg_fast_x86.c holds the x86 variants */
+#endif
+#if defined(__aarch64__)
+#define REFCG_HAVE_ARM 1 /* refcg_fast_arm.c holds the aarch64 variants */
+#endif
 
 /* Helpers of the kernels are always inlined: export_library compiles the generated source
  * without -O flags, and under the module's `#pragma GCC optimize("O3")` alone GCC keeps
@@ -131,7 +142,7 @@ REFCG_INLINE void refcg_par_run(const refcg_par_task* t, int task_id, int num_ta
 }
 
 #if defined(TVM_RUNTIME_C_BACKEND_API_H_) && !defined(REFCG_SERIAL)
-static int refcg_par_lambda(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
+static inline int refcg_par_lambda(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
   refcg_par_run((const refcg_par_task*)cdata, task_id, penv->num_task);
   return 0;
 }
@@ -504,3 +515,40 @@ REFCG_INLINE void refcg_pool_planes(const refcg_pool_job* j, int64_t q0, int64_t
     }
   }
 }
+
+/* ---- variant configs ----
+ * One config per ISA variant, defined next to its kernels with named fields; per op family the
+ * kernels and their tiling, NULL where the family keeps the generic path. refcg_fast.c holds the
+ * table (best first) and chooses one at first use. */
+typedef struct {
+  int32_t mr, nv;              /* rows and 16-channel blocks per tile */
+  refcg_range_fn tiles;        /* NHWC tiles over refcg_gemm_job */
+  refcg_range_fn planes;       /* 1x1 conv on planar layouts, refcg_gemmp_job (NULL: the NHWC GEMM) */
+} refcg_gemm_config;
+
+typedef struct {
+  refcg_range_fn rows;         /* rows of refcg_dw_job over the padded NHWC copy */
+  refcg_range_fn planes;       /* planar layouts, refcg_dwp_job (NULL: rows on the NHWC copy) */
+  int32_t qmax;                /* taps per 32-bit lane of planes: 4 bytes, or 2 int16 (AVX2 vpmaddwd) */
+} refcg_dw_config;
+
+typedef struct {
+  const char* name;
+  const char* features;        /* CPU features it needs, for messages */
+  int (*supported)(void);
+  int32_t signed_domain;       /* 1: kernels read int8 inputs (aarch64), 0: uint8 (x86) */
+  refcg_gemm_config gemm;
+  refcg_dw_config dw;
+  refcg_range_fn binary_rows;  /* qnn.add/subtract/mul rows, refcg_bin_job (NULL: the reference) */
+  refcg_range_fn pool_planes;  /* max/avg pool on planar layouts, refcg_pool_job (NULL: the reference) */
+} refcg_isa_config;
+
+/* Hidden here, at their first declaration (C++ ignores the attribute on the definitions). */
+#if defined(REFCG_HAVE_X86)
+extern REFCG_INTERNAL const refcg_isa_config refcg_isa_avx512vnni, refcg_isa_avxvnni, refcg_isa_avx2;
+#endif
+#if defined(REFCG_HAVE_ARM)
+extern REFCG_INTERNAL const refcg_isa_config refcg_isa_dotprod, refcg_isa_neon;
+#endif
+
+#endif /* REFCG_FAST_INTERNAL_H_ */

@@ -1,85 +1,65 @@
-"""The C core built on its own through cffi (no TVM runtime: serial threads, malloc workspace).
+"""Test harness: the C core built on its own through cffi (no TVM runtime: serial threads, malloc
+workspace), and numpy-backed helpers that fill its structs.
 
 Used by the core tests (``tests/test_core_*.py``) and ``tools/bench.py`` to call every kernel
-variant directly; ``REFCG_ISA`` selects the variant per call. The library is the same bundled
-source the generated modules embed, compiled once per source hash into a cache directory.
+variant directly; ``Core.use(isa)`` switches the variant (refcg_set_isa). The library is the same
+bundled source the generated modules embed, compiled once per source hash into a cache directory.
+The cffi declarations are runtime/include/refcg.h itself, preprocessed: no struct is restated here.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 
+import cffi
 import numpy as np
 
-from .emit import bundled_core
-from .numerics import Requantize
+from refcodegen.emit import bundled_core
+from refcodegen.numerics import Requantize
+from refcodegen.resources import core_header
 
-CDEF = """
-typedef struct {
-  int32_t mode, per_channel, identity, input_zp, output_zp, out_min, out_max;
-  const int32_t* multiplier; const int32_t* shift; const float* scale_f32; const double* scale_f64;
-  int32_t fused, round_emulated; float addend_f32, post_f32; double addend_f64, post_f64;
-} refcg_requant;
-typedef struct {
-  int32_t batch, in_h, in_w, in_c, out_h, out_w, out_c, kernel_h, kernel_w;
-  int32_t stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, groups;
-  int32_t in_dtype, w_dtype, out_dtype, input_zp, kernel_zp;
-  int64_t in_stride[4]; int64_t out_stride[4];
-} refcg_conv2d_params;
-typedef struct { const void* weight; const int32_t* bias; refcg_requant requant; } refcg_conv2d_consts;
-typedef struct {
-  int32_t batch, in_features, units, in_dtype, w_dtype, out_dtype, input_zp, kernel_zp;
-} refcg_dense_params;
-typedef struct {
-  int32_t kp, np; const int8_t* w; const int32_t* corr_u8; const int32_t* corr_s8;
-} refcg_gemm_weights;
-typedef struct {
-  int32_t kind, cp; refcg_gemm_weights gemm;
-  const int16_t* dw_w; const int32_t* dw_corr_u8; const int32_t* dw_corr_s8;
-} refcg_conv2d_fast;
-int refcg_conv2d_ref(const refcg_conv2d_params*, const refcg_conv2d_consts*, const void*, void*);
-int refcg_conv2d(const refcg_conv2d_params*, const refcg_conv2d_consts*, const refcg_conv2d_fast*,
-                 const void*, void*);
-int refcg_dense(const refcg_dense_params*, const refcg_gemm_weights*, const refcg_requant*, const void*, void*);
-int32_t refcg_requantize_one(const refcg_requant*, int32_t, int32_t);
-typedef struct {
-  int32_t op, ndim; int64_t shape[6]; int64_t a_stride[6]; int64_t b_stride[6];
-  int32_t a_dtype, b_dtype, out_dtype, a_zp, b_zp, out_zp, out_min, out_max;
-  refcg_requant rq_a, rq_b;
-} refcg_binary_params;
-int refcg_binary_ref(const refcg_binary_params*, const void*, const void*, void*);
-int refcg_binary(const refcg_binary_params*, const void*, const void*, void*);
-typedef struct {
-  int32_t batch, in_h, in_w, channels, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w;
-  int32_t pad_top, pad_left, pad_bottom, pad_right, is_avg, count_include_pad, in_dtype, out_dtype;
-  int64_t in_stride[4]; int64_t out_stride[4];
-} refcg_pool2d_params;
-int refcg_pool2d_ref(const refcg_pool2d_params*, const void*, void*);
-int refcg_pool2d(const refcg_pool2d_params*, const void*, void*);
-const char* refcg_isa_name(void);
-int refcg_isa_supported(const char*);
-"""
 
-X86_VARIANTS = ("avx512vnni", "avxvnni", "avx2")
-ARM_VARIANTS = ("dotprod", "neon")
-DTYPE_CODE = {"int8": 0, "uint8": 1, "int32": 2}
-FAST_KIND = {"REFCG_FAST_GEMM": 1, "REFCG_FAST_DEPTHWISE": 2}
+@lru_cache(maxsize=1)
+def header_cdef() -> str:
+    """refcg.h through the C preprocessor (REFCG_API empty, the system headers empty stubs:
+    cffi knows the <stdint.h> types), comments and macros resolved: what cffi's cdef reads."""
+    cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
+    with tempfile.TemporaryDirectory() as stubs:
+        for name in ("stdint.h", "stddef.h"):
+            Path(stubs, name).write_text("")
+        done = subprocess.run([cc, "-E", "-P", "-nostdinc", "-isystem", stubs, "-DREFCG_API=", str(core_header())],
+                              capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def _enums():
+    """The header's enum constants, without building the library (ABI mode reads them from the cdef)."""
+    ffi = cffi.FFI()
+    ffi.cdef(header_cdef())
+    return ffi.dlopen(None)
+
+
+ENUMS = _enums()
+DTYPE_CODE = {name: getattr(ENUMS, const) for name, const in
+              (("int8", "REFCG_S8"), ("uint8", "REFCG_U8"), ("int32", "REFCG_S32"), ("int16", "REFCG_S16"))}
 
 
 def _build(cache: Path):
-    import cffi
-
-    source = "#include <stdint.h>\n#include <stddef.h>\n" + bundled_core()
-    digest = hashlib.sha256((CDEF + source).encode()).hexdigest()[:16]
+    cdef = header_cdef()
+    source = bundled_core()
+    digest = hashlib.sha256((cdef + source).encode()).hexdigest()[:16]
     name = f"_refcg_core_{digest}"
     target = cache / name
     if not any(target.glob(f"{name}*.so")):
         ffi = cffi.FFI()
-        ffi.cdef(CDEF)
+        ffi.cdef(cdef)
         ffi.set_source(name, source, extra_compile_args=["-O3", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror"])
         target.mkdir(parents=True, exist_ok=True)
         # compile in a private directory, then rename: parallel test workers may build it at once
@@ -94,13 +74,25 @@ def _build(cache: Path):
     return module
 
 
+@lru_cache(maxsize=1)
+def _cpu_flags() -> set[str]:
+    """CPU feature flags of /proc/cpuinfo (x86 "flags", aarch64 "Features"), spelled as refcg's
+    variant configs spell them (avx512_vnni -> avx512vnni); empty where unreadable."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.split(":")[0].strip() in ("flags", "Features")), ":")
+    return {flag.replace("_", "") for flag in line.split(":", 1)[1].split()}
+
+
 class Core:
     """The compiled core plus helpers that keep the numpy arrays behind each C struct alive."""
 
     def __init__(self, cache: str | None = None):
         cache_dir = Path(cache or os.environ.get("REFCG_CORE_CACHE", Path(tempfile.gettempdir()) / "refcg-core"))
         module = _build(cache_dir)
-        self.ffi, self.lib = module.ffi, module.lib
+        self.ffi, self.lib, self.path = module.ffi, module.lib, module.__file__
         self._keep: list = []
 
     def ptr(self, array: np.ndarray, ctype: str):
@@ -134,7 +126,7 @@ class Core:
         s = self.ffi.new("refcg_conv2d_fast*")
         if f is None:
             return s  # kind 0: reference only
-        s.kind, s.cp = FAST_KIND[f.kind], f.cp
+        s.kind, s.cp = getattr(self.lib, f.kind), f.cp
         if f.gemm is not None:
             s.gemm = self.gemm_weights(f.gemm)[0]
         if f.dw_w is not None:
@@ -147,10 +139,35 @@ class Core:
     def isa_name(self) -> str:
         return self.ffi.string(self.lib.refcg_isa_name()).decode()
 
+    def compiled_variants(self) -> dict[str, str]:
+        """Every variant compiled for this architecture, best first ("scalar" last): the CPU features each needs."""
+        found, features = {}, self.ffi.new("const char**")
+        while (name := self.lib.refcg_isa_variant(len(found), features)) != self.ffi.NULL:
+            found[self.ffi.string(name).decode()] = self.ffi.string(features[0]).decode()
+        return found
+
     def variants(self) -> list[str]:
         """Variants this host runs, best first, ending with the scalar reference."""
-        names = [n for n in X86_VARIANTS + ARM_VARIANTS if self.lib.refcg_isa_supported(n.encode())]
-        return names + ["scalar"]
+        return [name for name in self.compiled_variants() if self.lib.refcg_isa_supported(name.encode())]
+
+    def use(self, isa: str | None) -> None:
+        """Run every later call on ``isa`` (None: the best the CPU supports); it must be supported."""
+        status = self.lib.refcg_set_isa(isa.encode() if isa else self.ffi.NULL)
+        if status != 0 or (isa and self.isa_name() != isa):
+            raise ValueError(f"variant {isa!r} is not supported here ({self.variants()})")
+
+    def require(self, isa: str) -> None:
+        """Skip the calling test, naming the CPU features this host lacks, unless it runs ``isa``."""
+        import pytest
+
+        if not self.lib.refcg_isa_supported(isa.encode()):
+            needs = self.compiled_variants()[isa].split()
+            missing = [f for f in needs if f not in _cpu_flags()] or needs
+            pytest.skip(f"host lacks {' '.join(missing)} (the {isa} variant needs {' '.join(needs)})")
+
+    def use_or_skip(self, isa: str) -> None:
+        self.require(isa)
+        self.use(isa)
 
     def release(self) -> None:
         self._keep.clear()
@@ -169,7 +186,7 @@ class Conv2D:
                  input_zp=0, kernel_zp=0, bias=None, requant: Requantize, reference_weights: bool = True):
         """``reference_weights=False`` passes NULL weights, as generated libraries do for convs with
         packed GEMM data (then every variant, the scalar one included, runs the packed GEMM)."""
-        from .packing import pack_conv2d_fast
+        from refcodegen.packing import pack_conv2d_fast
 
         self.core, self.layout, self.out_dtype = core, layout, out_dtype
         n, c, h, w = ((in_shape[0], in_shape[1], in_shape[2], in_shape[3]) if layout == "NCHW"
@@ -213,7 +230,7 @@ class Dense:
 
     def __init__(self, core: Core, *, weight_nk: np.ndarray, batch: int, in_dtype="int8", out_dtype="int8",
                  input_zp=0, kernel_zp=0, bias=None, requant: Requantize):
-        from .packing import pack_gemm_weights
+        from refcodegen.packing import pack_gemm_weights
 
         units, features = weight_nk.shape
         self.core, self.out_shape, self.out_dtype = core, (batch, units), out_dtype

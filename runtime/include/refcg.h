@@ -1,9 +1,11 @@
 /*
- * refcg int8 core: public types and entry points.
+ * refcg int8 core: every public type, constant and entry point, declared once.
  *
- * The core is plain C (compiled as C or C++). A generated library holds it once, as its own
- * C file with REFCG_API = hidden visibility, and each partition's C declares it (these headers);
- * the cffi test build leaves REFCG_API empty and calls the functions directly.
+ * The core is plain C (compiled as C or C++); each runtime/ source file compiles alone
+ * (runtime/Makefile builds librefcg_core.a). A generated library holds the core once, as one
+ * C file bundled from the same sources with REFCG_API = hidden visibility, and each partition's
+ * C starts with this header; the cffi test harness leaves REFCG_API empty and reads its
+ * declarations from this file (tests/core_cffi.py).
  */
 #ifndef REFCG_H_
 #define REFCG_H_
@@ -21,29 +23,6 @@ extern "C" {
 
 /* Element types of quantized tensors (values of refcg_dtype). */
 enum { REFCG_S8 = 0, REFCG_U8 = 1, REFCG_S32 = 2, REFCG_S16 = 3 };
-
-/* Element access by refcg dtype, shared by every scalar reference kernel. */
-static inline int32_t refcg_load(const void* base, int64_t i, int32_t dtype) {
-  switch (dtype) {
-    case REFCG_S8: return ((const int8_t*)base)[i];
-    case REFCG_U8: return ((const uint8_t*)base)[i];
-    case REFCG_S16: return ((const int16_t*)base)[i];
-    default: return ((const int32_t*)base)[i];
-  }
-}
-
-static inline void refcg_store(void* base, int64_t i, int32_t dtype, int32_t v) {
-  switch (dtype) {
-    case REFCG_S8: ((int8_t*)base)[i] = (int8_t)v; break;
-    case REFCG_U8: ((uint8_t*)base)[i] = (uint8_t)v; break;
-    case REFCG_S16: ((int16_t*)base)[i] = (int16_t)v; break; /* wraps, as TVM's int16 accumulators */
-    default: ((int32_t*)base)[i] = v; break;
-  }
-}
-
-static inline int32_t refcg_clamp(int32_t v, int32_t lo, int32_t hi) {
-  return v < lo ? lo : (v > hi ? hi : v);
-}
 
 /*
  * Requantize modes: TVM 0.19 lowers qnn.requantize differently by rounding and
@@ -238,6 +217,81 @@ typedef struct {
 } refcg_float_softmax_params;
 
 REFCG_API int refcg_float_softmax_ref(const refcg_float_softmax_params* p, const void* input, void* output);
+
+/* ---- accelerated kernels (refcg_fast*.c) ----
+ *
+ * Every accelerated kernel computes sum((x - izp) * w') exactly in wrapping int32, like
+ * refcg_conv2d_ref. The input is copied once into a "domain" the ISA multiplies natively
+ * (uint8 on x86: vpdpbusd/vpmaddwd; int8 on aarch64: sdot/smull), i.e. x + s with
+ * s in {-128, 0, 128}, padded with izp + s; the packer (refcodegen/packing.py) emits
+ * per channel corr = bias - (s + izp) * sum(w') for both domains, so
+ *   acc = sum((x + s) * w') + corr = sum((x - izp) * w') + bias   (mod 2^32).
+ * w' = w - kernel_zp must fit int8; otherwise the packer emits no fast data and the
+ * dispatcher runs the scalar reference.
+ */
+
+/* Weights of a GEMM-shaped kernel (conv with groups == 1, dense): out channels padded to
+ * np (multiple of 16), reduction padded to kp (multiple of 4), bytes laid out
+ * [np/16][kp/4][16][4] so one 64-byte row feeds 16 channels x 4 reduction steps. */
+typedef struct {
+  int32_t kp, np;
+  const int8_t* w;
+  const int32_t* corr_u8; /* np entries: correction for a uint8-domain input (x86) */
+  const int32_t* corr_s8; /* np entries: correction for an int8-domain input (aarch64) */
+} refcg_gemm_weights;
+
+/* Extra compile-time data of one conv for the accelerated kernels. */
+enum { REFCG_FAST_NONE = 0, REFCG_FAST_GEMM = 1, REFCG_FAST_DEPTHWISE = 2 };
+typedef struct {
+  int32_t kind;          /* REFCG_FAST_* */
+  int32_t cp;            /* channels per pixel in the padded input copy (GEMM: in_c rounded to 4) */
+  refcg_gemm_weights gemm;
+  const int16_t* dw_w;   /* depthwise: [kh*kw][cp] w' as int16 */
+  const int32_t* dw_corr_u8;
+  const int32_t* dw_corr_s8;
+} refcg_conv2d_fast;
+
+/* Conv through the best kernel for this CPU; the reference when f is NULL, f->kind is
+ * NONE, or the variant is "scalar" with the reference weights present (without them the scalar
+ * variant runs the packed GEMM). Same contract as refcg_conv2d_ref. */
+REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
+                           const refcg_conv2d_fast* f, const void* input, void* output);
+
+/* Dense / GEMM (refcg_dense_params above): out[b][u] = requant(sum_k (x[b][k] - input_zp)
+ * * w'[u][k] + bias[u]) with weights packed by refcodegen.packing.pack_gemm_weights, which
+ * folds kernel_zp into w' and the bias into the corrections (p->kernel_zp and w_dtype are
+ * not read). Per-tensor or per-channel requantize, channel = unit. */
+REFCG_API int refcg_dense(const refcg_dense_params* p, const refcg_gemm_weights* g,
+                          const refcg_requant* rq, const void* input, void* output);
+
+/* qnn.add / subtract / mul (refcg_binary_params above) through the best variant: 8-bit
+ * operands, vector requantize modes, innermost strides 0 or 1; otherwise refcg_binary_ref. */
+REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const void* b, void* out);
+
+/* nn.max_pool2d / avg pools (refcg_pool2d_params above) through the best variant on planar
+ * (NCHW) 8-bit inputs; otherwise refcg_pool2d_ref. */
+REFCG_API int refcg_pool2d(const refcg_pool2d_params* p, const void* input, void* output);
+
+/* ---- variant selection ----
+ * The dispatcher picks one variant at its first call: REFCG_ISA (read once, from the
+ * environment) when it names a supported variant, else the best the CPU supports. */
+
+/* Name of the variant the dispatcher uses ("avx512vnni", "avxvnni", "avx2", "dotprod",
+ * "neon", "scalar"). */
+REFCG_API const char* refcg_isa_name(void);
+
+/* 1 if the named variant is compiled in for this architecture and the CPU runs it. */
+REFCG_API int refcg_isa_supported(const char* name);
+
+/* For tests and tools: the i-th variant compiled in for this architecture, best first, the last
+ * being "scalar"; NULL past the end. *features (when features is not NULL) names the CPU
+ * features the variant needs. */
+REFCG_API const char* refcg_isa_variant(int32_t i, const char** features);
+
+/* For tests and tools: switch every later call to the named variant, as REFCG_ISA would at
+ * start-up. NULL or "" selects the best the CPU supports; an unsupported name does too, and
+ * returns -1 (0 otherwise). Not for use while other threads run the core. */
+REFCG_API int refcg_set_isa(const char* name);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,41 @@
+/*
+ * refcg core internals shared by the runtime's translation units (not part of the API).
+ */
+#ifndef REFCG_INTERNAL_H_
+#define REFCG_INTERNAL_H_
+
+#include <stdint.h>
+#include <stddef.h>
+#include "refcg.h"
+
+/* Symbols shared between the core's files, never exported from a library that holds it. */
+#if defined(__GNUC__) || defined(__clang__)
+#define REFCG_INTERNAL __attribute__((visibility("hidden")))
+#else
+#define REFCG_INTERNAL
+#endif
+
+/* Element access by refcg dtype, shared by every scalar reference kernel. */
+static inline int32_t refcg_load(const void* base, int64_t i, int32_t dtype) {
+  switch (dtype) {
+    case REFCG_S8: return ((const int8_t*)base)[i];
+    case REFCG_U8: return ((const uint8_t*)base)[i];
+    case REFCG_S16: return ((const int16_t*)base)[i];
+    default: return ((const int32_t*)base)[i];
+  }
+}
+
+static inline void refcg_store(void* base, int64_t i, int32_t dtype, int32_t v) {
+  switch (dtype) {
+    case REFCG_S8: ((int8_t*)base)[i] = (int8_t)v; break;
+    case REFCG_U8: ((uint8_t*)base)[i] = (uint8_t)v; break;
+    case REFCG_S16: ((int16_t*)base)[i] = (int16_t)v; break; /* wraps, as TVM's int16 accumulators */
+    default: ((int32_t*)base)[i] = v; break;
+  }
+}
+
+static inline int32_t refcg_clamp(int32_t v, int32_t lo, int32_t hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
+#endif /* REFCG_INTERNAL_H_ */
