@@ -11,7 +11,8 @@ from pathlib import Path
 from hypothesis import strategies as st
 from tvm import relay
 
-from fuzzing.chains import COPY_OPS, LUT_FORMS, apply_op, build_batch, families, fuzz_batches
+from arm.host import ensure_host
+from fuzzing.chains import ARM_NUMERICS, COPY_OPS, LUT_FORMS, apply_op, build_batch, families, fuzz_batches
 from fuzzing.check import check_batch
 from test_ops_common import NUMERICS
 
@@ -32,6 +33,30 @@ def test_random_chains_match_tvm(tmp_path):
         assert result["cases"] >= CI_CHAINS - 2, result  # TVM-only's failures must not hollow the test out
         assert not result["mismatches"], "\n".join(f"{numerics}: {spec!r} max diff {d}"
                                                     for spec, d in result["mismatches"])
+
+
+ARM_CHAINS = 3  # per aarch64 target: the emulated run is slow, the campaign is make fuzz-arm
+
+
+def test_random_chains_match_tvm_on_aarch64(tmp_path):
+    """make fuzz-arm in small: a few random chains per aarch64 target, cross-built, run on the emulated
+    host (+neon,+dotprod on QEMU max, +neon on cortex-a53) against TVM-only for the same target."""
+    ensure_host()  # skips, with the reason, where the emulator cannot be installed
+    from fuzzing.arm import EmulatedHost
+
+    host = EmulatedHost()
+    try:
+        for name in ARM_NUMERICS:
+            [(specs, numerics)] = fuzz_batches(ARM_CHAINS, ARM_CHAINS, seed=0, numerics=st.just(name),
+                                               chunk=ARM_CHAINS)
+            (tmp_path / name).mkdir()
+            result = check_batch(specs, numerics, tmp_path / name, merge=True, runner=host.runner(numerics))
+            assert result["cases"] >= ARM_CHAINS - 1 and result["partitions"], result
+            assert not result["refcg build errors"], result["refcg build errors"]
+            assert not result["mismatches"], "\n".join(f"{numerics}: {spec!r} max diff {d}"
+                                                        for spec, d in result["mismatches"])
+    finally:
+        host.close()
 
 
 def fused_pad_convs(specs) -> dict:
