@@ -102,6 +102,8 @@ def tvm_only_build(specs: list[ChainSpec], numerics: str):
         raise TvmOnlyBuildError(" ".join(lines[at: at + 2])) from error  # the message and its first detail
     except IndexError as error:  # TVM 0.19's x86 int8 conv schedule on some shapes (autotvm define_split)
         raise TvmOnlyBuildError(repr(error)) from error
+    except UnboundLocalError as error:  # its arm_cpu strategy for NHWC int8 depthwise with +dotprod
+        raise TvmOnlyBuildError(repr(error)) from error
 
 
 def isolate_unbuildable(specs: list[ChainSpec], numerics: str, error: str) -> tuple[list, list]:
@@ -207,8 +209,8 @@ def check_batch(specs: list[ChainSpec], numerics: str, tmp_path, merge: bool = F
     phase = _Phases(timings)
     target, config = ALL_NUMERICS[numerics]
     # not even built: running TVM-only's division by zero can trap (SIGFPE) and kill the process
-    undefined = [(spec, tvm_only_undefined(spec)) for spec in specs if tvm_only_undefined(spec)]
-    specs = [spec for spec in specs if not tvm_only_undefined(spec)]
+    undefined = [(spec, tvm_only_undefined(spec, numerics)) for spec in specs if tvm_only_undefined(spec, numerics)]
+    specs = [spec for spec in specs if not tvm_only_undefined(spec, numerics)]
     if not specs:
         return _nothing(undefined, [])
     with requantize_config(target, config):
