@@ -6,6 +6,7 @@ import pytest
 from hypothesis import strategies as st
 from tvm import relay
 
+from arm.host import TARGET_DOTPROD, ensure_host, export_aarch64
 from conftest import build_and_load, run
 from fuzzing.chains import ChainSpec, build_batch, fuzz_batches, tvm_only_undefined
 from fuzzing.check import check_batch, isolate_refused, refcg_build
@@ -112,6 +113,25 @@ STRIDED_1X1_NHWC = dict(
          "padding": (0, 0, 0, 0), "groups": 1, "w_dtype": "int8", "kernel_zp": 101, "per_channel": True,
          "bias": 1024, "bias_form": "bias_add", "out_dtype": "int8", "out_scale": 0.00390625, "out_zp": -128,
          "rounding": "UPWARD", "clip": None}])
+
+
+def test_tvm_only_aarch64_strided_1x1_nhwc_conv_is_wrong_where_refcg_is_right(tmp_path):
+    """On the emulated host (QEMU max): refcg's aarch64 result is x86 TVM-only's (numpy's exact one),
+    TVM-only aarch64's is not. When TVM fixes its im2col, this fails: drop the exclusion then."""
+    ensure_host()
+    from fuzzing.arm import EmulatedHost
+
+    mod, inputs = build_batch([ChainSpec(**STRIDED_1X1_NHWC)], "aarch64-dotprod")
+    x86 = run(build_and_load(mod, "llvm", tmp_path, "x86"), inputs)[0]
+    tvm_only = export_aarch64(mod, TARGET_DOTPROD, tmp_path / "tvm_only.so")
+    refcg = export_aarch64(partition_for_refcg(mod, target=TARGET_DOTPROD), TARGET_DOTPROD, tmp_path / "refcg.so")
+    host = EmulatedHost()
+    try:
+        emulated = host.runner("aarch64-dotprod")
+        np.testing.assert_array_equal(emulated(refcg, inputs)[0], x86)
+        assert (emulated(tvm_only, inputs)[0] != x86).sum() == 24  # of 420 (saturated values of the other sign)
+    finally:
+        host.close()
 
 
 def test_tvm_only_aarch64_strided_1x1_nhwc_conv_is_not_compared():
