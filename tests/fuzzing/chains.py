@@ -248,7 +248,8 @@ def dequantize_op(draw, state):
 def reduce_op(draw, state):
     """cast(int32) -> mean / sum / adaptive or global avg pool -> cast back, or the int32 result kept."""
     rank = len(state.shape)
-    kind = draw(st.sampled_from(["mean", "sum"] + (["adaptive_avg_pool2d", "global_avg_pool2d"] if state.layout else [])))
+    pools = ["adaptive_avg_pool2d", "global_avg_pool2d"] if state.layout else []
+    kind = draw(st.sampled_from(["mean", "sum", *pools]))
     op = {"op": "reduce", "kind": kind, "out_dtype": draw(st.sampled_from([state.dtype, state.dtype, "int8", "int32"]))}
     if kind in ("mean", "sum"):
         first = draw(st.integers(0, rank - 1))

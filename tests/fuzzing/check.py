@@ -85,7 +85,6 @@ def merge_partitions(mod):
     return relay.transform.InferType()(merged_mod)
 
 
-
 class TvmOnlyBuildError(Exception):
     """The reference itself cannot be built: no verdict on refcg for that chain."""
 
