@@ -91,7 +91,6 @@ def test_chains_around_an_unbuildable_one_are_compared_from_the_parts_built(tmp_
 # taken in double, then made float32), so TVM-only computes round(x * float32(1 / scale)): here
 # 17.496006 * 2.1433... = 37.5 -> 38, while refcg's refcg_quantize_ref divides, x / scale = 37.499996
 # -> 37. A per-axis scale is a tensor, not a constant TIR folds, so TVM divides there (as refcg does).
-# The float softmax's final quantize divides by its scalar scale too (refcg_float_softmax_ref).
 @pytest.mark.xfail(strict=True, reason="refcg divides by a per-tensor quantize scale; TVM-only multiplies by "
                                        "its float32 reciprocal (arith/rewrite_simplify.cc:775-780)")
 def test_per_tensor_quantize_rounds_like_tvm_multiplying_by_the_reciprocal(tmp_path):
