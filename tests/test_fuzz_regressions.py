@@ -165,3 +165,22 @@ def test_aarch64_rounding_refcg_cannot_tell_is_a_refcg_build_error():
     [(bad, error)] = isolate_refused([good[0], spec, good[1]], "aarch64-neon", True, "")
     assert bad is spec and "concatenated into a tensor" in error
     refcg_build([spec], "llvm", merge=True)  # elsewhere the question does not arise
+
+
+# Found 2026-12-01 by make fuzz (seed 2, llvm; make fuzz-arm too): a cast int8 -> uint8 (refcg.copy,
+# wrapping) read by a per-axis qnn.dequantize: the float outputs differ in sign (34 of 54). TVM-only's
+# SimplifyConsecutiveCast (src/relay/transforms/simplify_expr.cc:112-156 at v0.19.0) takes int8 ->
+# uint8 for a widening cast (IsWidenCast: int before uint, bits <=) and folds it into the int32 cast
+# the dequantize lowers to: TVM-only computes (x - zp) * scale on the int8 value, without the wrap.
+# Measured alongside: cast -> qnn.add differs the same way, cast -> per-tensor dequantize, requantize,
+# qnn.dense or cast(int32) in the same module did not (the fold depends on the graph around the cast).
+CAST_INTO_DEQUANTIZE = dict(
+    shape=(3, 18), layout="", dtype="int8", scale=0.04456445202231407, zp=-128, seed=179, ops=[
+        {"op": "copy", "kind": "cast", "dtype": "uint8"}, {"op": "dequantize", "axis": -1, "per_axis": True}])
+
+
+@pytest.mark.xfail(strict=True, reason="TVM-only folds a cast int8 -> uint8 into the next cast (no wrap); "
+                                       "refcg's refcg.copy wraps (simplify_expr.cc:112-156)")
+def test_cast_to_unsigned_before_a_dequantize_matches_tvm(tmp_path):
+    result = check_batch([ChainSpec(**CAST_INTO_DEQUANTIZE)], "llvm", tmp_path)
+    assert result["cases"] == 1 and not result["mismatches"], result["mismatches"]
