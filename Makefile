@@ -6,7 +6,7 @@ STAMP := $(VENV)/.refcg-installed
 SOURCES := pyproject.toml $(wildcard refcodegen/*.py templates/* runtime/* runtime/include/*)
 export TOPHUB_LOCATION := NONE
 
-.PHONY: demo test test-networks test-arm bench fuzz fuzz-large install clean
+.PHONY: demo test test-networks test-arm bench fuzz fuzz-arm fuzz-large install clean
 
 demo: $(STAMP)
 	$(BIN)/python tools/demo.py
@@ -42,15 +42,21 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python tools/bench.py
 
-# Random QNN chains against TVM-only, 20 per build, one process per core (tools/fuzz.py;
-# e.g. FUZZ_ARGS="--cases 2000 --seed 3 --jobs 2");
+# Random QNN chains against TVM-only, 20 per build, one process per core (tests/fuzzing;
+# e.g. FUZZ_ARGS="--cases 2000 --seed 3 --jobs 2"); fuzz-arm: the same for aarch64 (+neon,+dotprod on
+# QEMU max, +neon on cortex-a53) against TVM-only aarch64, run on the emulated host;
 # fuzz-large: codegen/export time and peak memory for a ResNet-50-sized weight set (~1 min).
 FUZZ_ARGS ?= --cases 10000 --batch 20
+FUZZ_ARM_ARGS ?= --cases 1000 --batch 20
 fuzz: $(STAMP)
-	$(BIN)/python tools/fuzz.py $(FUZZ_ARGS)
+	cd tests && ../$(BIN)/python -m fuzzing $(FUZZ_ARGS)
+
+fuzz-arm: $(STAMP)
+	$(ARM_SETUP)
+	cd tests && ../$(BIN)/python -m fuzzing --arm $(FUZZ_ARM_ARGS)
 
 fuzz-large: $(STAMP)
-	$(BIN)/python tools/fuzz.py --large-constants
+	cd tests && ../$(BIN)/python -m fuzzing --large-constants
 
 install: $(STAMP)
 

@@ -16,7 +16,8 @@ from tvm.contrib import graph_executor
 
 from conftest import build_and_load, run
 from refcodegen import partition_for_refcg
-from test_fuzz import build_batch, full_range, merge_partitions
+from fuzzing.chains import build_batch, full_range
+from fuzzing.check import merge_partitions
 from test_sanitizers import REPRESENTATIVE
 
 
@@ -72,7 +73,7 @@ def test_same_model_compiles_to_identical_c():
         "import sys; sys.path[:0] = sys.argv[1:]\n"
         "import hashlib\n"
         "from test_concurrency import refcg_sources\n"
-        "from test_fuzz import build_batch\n"
+        "from fuzzing.chains import build_batch\n"
         "from test_sanitizers import REPRESENTATIVE\n"
         "print(hashlib.sha256(''.join(refcg_sources(build_batch(REPRESENTATIVE, 'llvm')[0])).encode()).hexdigest())\n"
     )

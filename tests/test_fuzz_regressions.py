@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 from tvm import relay
 
+from arm.host import TARGET_DOTPROD, ensure_host, export_aarch64
 from conftest import build_and_load, run
-from refcodegen import offload_report, partition_for_refcg
-from test_fuzz import ChainSpec, build_batch, check_batch, fuzz_batches, tvm_only_undefined
+from fuzzing.chains import ChainSpec, build_batch, fuzz_batches, tvm_only_undefined
+from fuzzing.check import check_batch, isolate_refused, refcg_build
+from models import module
+from refcodegen import RefcgError, offload_report, partition_for_refcg
+from test_ops_common import compare, const
 
 # Found 2026-11-30 (seed 1, float64; every numerics): "max diff 255". Not refcg's: the avg_pool's last
 # ceil_mode window (W column 3: starts at 3*2=6, input W is 6, right pad 0) lies outside the padded
@@ -31,9 +36,9 @@ def test_empty_ceil_window_is_tvm_undefined_and_the_rest_exact(tmp_path):
     spec = ChainSpec(**EMPTY_CEIL_WINDOW)
     assert "TVM divides" in tvm_only_undefined(spec)
     # the harness does not even build it (the division can trap: SIGFPE killed a fuzz run)
-    assert check_batch([spec], "llvm", tmp_path) == {
-        "cases": 0, "mismatches": [], "undefined": [(spec, tvm_only_undefined(spec))], "unbuildable": [],
-        "outputs": [], "partitions": 0, "offloaded": 0, "stayed": []}
+    result = check_batch([spec], "llvm", tmp_path)
+    assert result["undefined"] == [(spec, tvm_only_undefined(spec))] and result["cases"] == 0
+    assert not result["outputs"] and not result["partitions"]
     mod, inputs = build_batch([spec], "llvm")
     partitioned = partition_for_refcg(mod)
     stayed = {op: reason for op, _, reason in offload_report(partitioned).stayed}
@@ -78,3 +83,115 @@ def test_chains_around_an_unbuildable_one_are_compared_from_the_parts_built(tmp_
         whole = run(build_and_load(mod, "llvm", tmp_path, "whole"), inputs)
     for (reference, _), want in zip(result["outputs"], whole, strict=True):
         np.testing.assert_array_equal(reference, want)
+
+
+# Found 2026-12-01 by make fuzz (seed 1: float64, float32, float32-nofma; "max diff 1", 20 after a
+# concatenate), a float input quantized per tensor. TVM's TIR simplifier rewrites x / c for a float
+# constant c into x * (1.0 / c) (src/arith/rewrite_simplify.cc:775-780 at v0.19.0; the reciprocal is
+# taken in double, then made float32), so TVM-only computes round(x * float32(1 / scale)): here
+# 17.496006 * 2.1433... = 37.5 -> 38, while refcg's refcg_quantize_ref divides, x / scale = 37.499996
+# -> 37. A per-axis scale is a tensor, not a constant TIR folds, so TVM divides there (as refcg does).
+@pytest.mark.xfail(strict=True, reason="refcg divides by a per-tensor quantize scale; TVM-only multiplies by "
+                                       "its float32 reciprocal (arith/rewrite_simplify.cc:775-780)")
+def test_per_tensor_quantize_rounds_like_tvm_multiplying_by_the_reciprocal(tmp_path):
+    x = relay.var("x", shape=(3,), dtype="float32")
+    y = relay.qnn.op.quantize(x, const(0.4665601849555969), const(0, "int32"), out_dtype="uint8")
+    value = np.array([1099691986], "int32").view("float32")[0]  # 17.496006: x / scale = 37.499996 in float32
+    compare(module([x], y), {"x": np.array([value, -value, 1.0], "float32")}, tmp_path)
+
+
+# Found 2026-12-01 by make fuzz-arm (seed 1, aarch64-neon; +neon,+dotprod too): "max diff 255", and a
+# dequantized float output behind the same conv. TVM-only is wrong there: on aarch64 its int8 NHWC conv
+# (topi/arm_cpu/conv2d_gemm.py:111-113 at v0.19.0) makes the im2col of a 1x1 kernel a reshape of the
+# input, ignoring the strides, so it reads the wrong pixels; refcg's result equals numpy's exact one
+# and TVM-only x86's. The fuzz does not compare such chains on aarch64 (test_fuzz shows the difference
+# on the emulated host).
+STRIDED_1X1_NHWC = dict(
+    shape=(2, 5, 13, 7), layout="NHWC", dtype="int8", scale=0.038758207112550735, zp=76, seed=10342385, ops=[
+        {"op": "conv2d", "out_c": 10, "kernel": (1, 1), "strides": (2, 2), "pad": None, "dilation": (1, 1),
+         "padding": (0, 0, 0, 0), "groups": 1, "w_dtype": "int8", "kernel_zp": 101, "per_channel": True,
+         "bias": 1024, "bias_form": "bias_add", "out_dtype": "int8", "out_scale": 0.00390625, "out_zp": -128,
+         "rounding": "UPWARD", "clip": None}])
+
+
+def test_tvm_only_aarch64_strided_1x1_nhwc_conv_is_wrong_where_refcg_is_right(tmp_path):
+    """On the emulated host (QEMU max): refcg's aarch64 result is x86 TVM-only's (numpy's exact one),
+    TVM-only aarch64's is not. When TVM fixes its im2col, this fails: drop the exclusion then."""
+    ensure_host()
+    from fuzzing.arm import EmulatedHost
+
+    mod, inputs = build_batch([ChainSpec(**STRIDED_1X1_NHWC)], "aarch64-dotprod")
+    x86 = run(build_and_load(mod, "llvm", tmp_path, "x86"), inputs)[0]
+    tvm_only = export_aarch64(mod, TARGET_DOTPROD, tmp_path / "tvm_only.so")
+    refcg = export_aarch64(partition_for_refcg(mod, target=TARGET_DOTPROD), TARGET_DOTPROD, tmp_path / "refcg.so")
+    host = EmulatedHost()
+    try:
+        emulated = host.runner("aarch64-dotprod")
+        np.testing.assert_array_equal(emulated(refcg, inputs)[0], x86)
+        assert (emulated(tvm_only, inputs)[0] != x86).sum() == 24  # of 420 (saturated values of the other sign)
+    finally:
+        host.close()
+
+
+def test_tvm_only_aarch64_strided_1x1_nhwc_conv_is_not_compared():
+    spec = ChainSpec(**STRIDED_1X1_NHWC)
+    for numerics in ("aarch64-neon", "aarch64-dotprod"):
+        assert "ignores its strides" in tvm_only_undefined(spec, numerics)
+    assert tvm_only_undefined(spec, "llvm") is None  # x86 computes it right: compared there
+    nchw = ChainSpec(**{**STRIDED_1X1_NHWC, "layout": "NCHW"})
+    unstrided = ChainSpec(**{**STRIDED_1X1_NHWC, "ops": [{**STRIDED_1X1_NHWC["ops"][0], "strides": (1, 1)}]})
+    assert tvm_only_undefined(nchw, "aarch64-neon") is None and tvm_only_undefined(unstrided, "aarch64-neon") is None
+
+
+# Found 2026-12-01 by make fuzz-arm (seed 1, aarch64-neon): refcg refuses to build an aarch64 module
+# where a qnn.concatenate's result is read by an elementwise op (armfuse cannot tell which TVM kernel
+# requantizes the concatenate's inputs, so whether it rounds with NEON). A refusal, not a wrong answer:
+# the fuzz counts such chains as refcg build errors, apart from mismatches.
+CONCAT_INTO_MUL = dict(
+    shape=(1, 2, 17, 5), layout="NCHW", dtype="uint8", scale=0.5, zp=255, seed=5691, ops=[
+        {"op": "concat", "axis": 2, "extra": 1, "o_scale": 2.0000100135803223, "o_zp": 255,
+         "out_scale": 0.06526513397693634, "out_zp": 0},
+        {"op": "binary", "kind": "mul", "other": (1, 5), "flip": False, "const": True, "o_scale": 0.015790274366736412,
+         "o_zp": 0, "out_scale": 0.00392521545290947, "out_zp": 255, "clip": (149, 160)}])
+
+
+# Found the same day, same run: a qnn.mul whose result a refcg.copy op reads (here maximum with a
+# constant; a split too): "it feeds a refcg.copy kernel".
+BINARY_INTO_COPY = dict(
+    shape=(1, 6), layout="", dtype="uint8", scale=0.003561475547030568, zp=215, seed=6993, ops=[
+        {"op": "binary", "kind": "mul", "other": (1,), "flip": True, "const": True, "o_scale": 0.6623316407203674,
+         "o_zp": 0, "out_scale": 0.0035409298725426197, "out_zp": 206, "clip": None},
+        {"op": "copy", "kind": "maximum", "value": 242, "flip": True}])
+
+
+@pytest.mark.parametrize("found,why", [(CONCAT_INTO_MUL, "concatenated into a tensor"),
+                                       (BINARY_INTO_COPY, "feeds a refcg.copy kernel")], ids=["concat", "copy"])
+def test_aarch64_rounding_refcg_cannot_tell_is_a_refcg_build_error(found, why):
+    spec = ChainSpec(**found)
+    [(good, _)] = fuzz_batches(2, 2, seed=3, numerics=st.just("aarch64-neon"), chunk=2)
+    refcg_build(good, "aarch64-neon", merge=True)  # these two build
+    for merge in (False, True):  # merging partitions (the fuzz's speed-up) does not cause it
+        with pytest.raises(RefcgError, match="cannot tell whether TVM-only rounds"):
+            refcg_build([spec], "aarch64-neon", merge=merge)
+    [(bad, error)] = isolate_refused([good[0], spec, good[1]], "aarch64-neon", True, "")
+    assert bad is spec and why in error
+    refcg_build([spec], "llvm", merge=True)  # elsewhere the question does not arise
+
+
+# Found 2026-12-01 by make fuzz (seed 2, llvm; make fuzz-arm too): a cast int8 -> uint8 (refcg.copy,
+# wrapping) read by a per-axis qnn.dequantize: the float outputs differ in sign (34 of 54). TVM-only's
+# SimplifyConsecutiveCast (src/relay/transforms/simplify_expr.cc:112-156 at v0.19.0) takes int8 ->
+# uint8 for a widening cast (IsWidenCast: int before uint, bits <=) and folds it into the int32 cast
+# the dequantize lowers to: TVM-only computes (x - zp) * scale on the int8 value, without the wrap.
+# Measured alongside: cast -> qnn.add differs the same way, cast -> per-tensor dequantize, requantize,
+# qnn.dense or cast(int32) in the same module did not (the fold depends on the graph around the cast).
+CAST_INTO_DEQUANTIZE = dict(
+    shape=(3, 18), layout="", dtype="int8", scale=0.04456445202231407, zp=-128, seed=179, ops=[
+        {"op": "copy", "kind": "cast", "dtype": "uint8"}, {"op": "dequantize", "axis": -1, "per_axis": True}])
+
+
+@pytest.mark.xfail(strict=True, reason="TVM-only folds a cast int8 -> uint8 into the next cast (no wrap); "
+                                       "refcg's refcg.copy wraps (simplify_expr.cc:112-156)")
+def test_cast_to_unsigned_before_a_dequantize_matches_tvm(tmp_path):
+    result = check_batch([ChainSpec(**CAST_INTO_DEQUANTIZE)], "llvm", tmp_path)
+    assert result["cases"] == 1 and not result["mismatches"], result["mismatches"]

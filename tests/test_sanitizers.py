@@ -23,7 +23,8 @@ from refcodegen import offload_report, partition_for_refcg
 from refcodegen.partition import refcg_functions
 from core_cffi import Core, header_cdef
 from refcodegen.emit import bundled_core
-from test_fuzz import ChainSpec, build_batch, merge_partitions
+from fuzzing.chains import ChainSpec, build_batch
+from fuzzing.check import merge_partitions
 
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
 

@@ -1,14 +1,18 @@
 """``make fuzz``: many random QNN chains, refcg against TVM-only, bit-exact.
 
-Uses the hypothesis strategies of ``tests/test_fuzz.py``. Each build holds ``--batch`` independent
+Uses the hypothesis strategies of ``fuzzing.chains``. Each build holds ``--batch`` independent
 chains (one output each), so one TVM-only and one refcg build check them all; the refcg partitions
 of a batch are merged into one (see ``merge_partitions``). Chains come from ``fuzz_batches`` (distinct chains, pooled per numerics: target /
 requantize_config). Mismatches are printed as specs and appended to ``--failures`` (JSON lines)
-for regression tests; chains whose TVM-only result is undefined are counted apart. ``--jobs``
+for regression tests; chains whose TVM-only result is undefined or wrong are counted apart. ``--jobs``
 processes (default: one per core) draw from seeds ``seed``, ``seed+1``...: chains are distinct within a
 process; two seeds can draw the same chain (hypothesis' all-minimal one, say), which is checked twice.
+``--arm`` (``make fuzz-arm``): the aarch64 numerics, cross-built and run on the emulated host
+(tools/arm/setup.sh) against TVM-only built for the same target; chains refcg refuses to build
+(RefcgError) are counted as refcg build errors.
 
-    python tools/fuzz.py --cases 10000 --batch 20 --seed 1 --jobs 2
+    cd tests && python -m fuzzing --cases 10000 --batch 20 --seed 1 --jobs 2
+    cd tests && python -m fuzzing --arm --cases 1000 --jobs 1
 """
 from __future__ import annotations
 
@@ -24,12 +28,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from hypothesis import strategies as st
 
-
-from hypothesis import strategies as st  # noqa: E402
-from test_fuzz import check_batch, fuzz_batches  # noqa: E402
-from test_ops_common import NUMERICS  # noqa: E402
+from fuzzing.chains import ALL_NUMERICS, ARM_NUMERICS, families, fuzz_batches
+from fuzzing.check import check_batch, run_here
 
 
 def large_constants(layers: int = 11, channels: int = 512) -> int:
@@ -73,8 +75,6 @@ def large_constants(layers: int = 11, channels: int = 512) -> int:
     return 0
 
 
-
-
 def cpu_seconds() -> float:
     """User + system CPU of this process and its finished children (g++): what a busy machine's
     wall clock hides."""
@@ -99,43 +99,54 @@ def fuzz(args) -> dict:
     cache_tvm_libinfo()
     totals = Counter()
     stayed = Counter()
+    drawn, composites = Counter(), Counter()  # families drawn (chains.families), refcg kernels built
     timings = Counter()  # seconds per phase, over all batches
     start = time.time()
     stop = []  # set by SIGTERM
+    host = None  # the emulated aarch64 host, for ARM numerics
+
+    def record(**entry):
+        with open(args.failures, "a") as out:
+            out.write(json.dumps(entry) + "\n")
 
     def check(specs, numerics):
+        nonlocal host
+        if numerics in ARM_NUMERICS and host is None:
+            from fuzzing.arm import EmulatedHost
+            host = EmulatedHost()
+        runner = host.runner(numerics) if numerics in ARM_NUMERICS else run_here
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                result = check_batch(specs, numerics, Path(tmp), merge=True, timings=timings)
+                result = check_batch(specs, numerics, Path(tmp), merge=True, timings=timings, runner=runner)
             except Exception as error:  # a build failure is a finding too: count it, keep going
                 totals["build errors"] += 1
                 print(f"BUILD ERROR ({numerics}): {type(error).__name__}: {str(error).splitlines()[-1:]}", flush=True)
-                with open(args.failures, "a") as out:
-                    out.write(json.dumps({"numerics": numerics, "error": str(error)[-2000:],
-                                          "specs": [dataclasses.asdict(s) for s in specs]}) + "\n")
+                record(numerics=numerics, error=str(error)[-2000:], specs=[dataclasses.asdict(s) for s in specs])
                 return
         totals["batches"] += 1
         totals["cases"] += result["cases"]
         totals["mismatches"] += len(result["mismatches"])
-        totals["chains TVM-only leaves undefined (not compared)"] += len(result["undefined"])
+        totals["refcg build errors"] += len(result["refcg build errors"])
+        totals["chains TVM-only leaves undefined or gets wrong (not compared)"] += len(result["undefined"])
         totals["chains TVM-only cannot build (not compared)"] += len(result["unbuildable"])
+        drawn.update(name for spec in specs for name in families(spec))
+        composites.update(result["composites"])
         for spec, error in result["unbuildable"]:  # TVM's bug: kept to explain, not a refcg failure
             print(f"TVM-ONLY BUILD ERROR ({numerics}): {error[:200]}: {spec!r}", flush=True)
-            with open(args.failures, "a") as out:
-                out.write(json.dumps({"numerics": numerics, "tvm_only_error": error,
-                                      "spec": dataclasses.asdict(spec)}) + "\n")
+            record(numerics=numerics, tvm_only_error=error, spec=dataclasses.asdict(spec))
+        for spec, error in result["refcg build errors"]:  # refcg refused (RefcgError): a finding
+            print(f"REFCG BUILD ERROR ({numerics}): {error[:300]}: {spec!r}", flush=True)
+            record(numerics=numerics, refcg_error=error, spec=dataclasses.asdict(spec))
         totals["refcg partitions"] += result["partitions"]
         totals["offloaded ops"] += result["offloaded"]
         totals["ops left in TVM"] += len(result["stayed"])
         stayed.update(reason for op, _, reason in result["stayed"] if op != "tuple")
         for spec, diff in result["mismatches"]:
             print(f"MISMATCH ({numerics}, max diff {diff}): {spec!r}", flush=True)
-            with open(args.failures, "a") as out:
-                out.write(json.dumps({"numerics": numerics, "max_diff": None if diff is None else int(diff),
-                                      "spec": dataclasses.asdict(spec)}) + "\n")
+            record(numerics=numerics, max_diff=None if diff is None else int(diff), spec=dataclasses.asdict(spec))
         print(f"[seed {args.seed}, {time.time() - start:7.0f} s, {sum(timings.values()) / max(1, totals['cases']):.2f} s/case, "
               f"cpu {cpu_seconds() / max(1, totals['cases']):.2f} s/case] "
-              f"batch {totals['batches']:4d} {numerics:<9} "
+              f"batch {totals['batches']:4d} {numerics:<15} "
               f"cases {totals['cases']:6d}  mismatches {totals['mismatches']}  "
               f"offloaded ops {totals['offloaded ops']}  left in TVM {totals['ops left in TVM']}", flush=True)
 
@@ -143,14 +154,19 @@ def fuzz(args) -> dict:
     signal.signal(signal.SIGTERM, lambda *_: stop.append(print("\nSIGTERM: stopping after this build", flush=True)))
     drawing = fuzz_batches(args.cases, args.batch, args.seed,
                            **({"numerics": st.sampled_from(args.numerics)} if args.numerics else {}))
-    while not stop:
-        drawn_at = time.perf_counter()
-        specs, numerics = next(drawing, (None, None))
-        timings["hypothesis (drawing)"] += time.perf_counter() - drawn_at
-        if specs is None:
-            break
-        check(specs, numerics)
-    return {"totals": totals, "timings": timings, "stayed": stayed, "cpu": cpu_seconds()}
+    try:
+        while not stop:
+            drawn_at = time.perf_counter()
+            specs, numerics = next(drawing, (None, None))
+            timings["hypothesis (drawing)"] += time.perf_counter() - drawn_at
+            if specs is None:
+                break
+            check(specs, numerics)
+    finally:
+        if host is not None:
+            host.close()
+    return {"totals": totals, "timings": timings, "stayed": stayed, "drawn": drawn, "composites": composites,
+            "cpu": cpu_seconds()}
 
 
 def fuzz_parallel(args) -> dict:
@@ -162,12 +178,14 @@ def fuzz_parallel(args) -> dict:
         for job in range(args.jobs):
             cases = args.cases // args.jobs + (job < args.cases % args.jobs)
             children.append(subprocess.Popen([
-                sys.executable, __file__, "--jobs", "1", "--cases", str(cases), "--batch", str(args.batch),
+                sys.executable, "-m", "fuzzing", "--jobs", "1", "--cases", str(cases), "--batch", str(args.batch),
                 "--seed", str(args.seed + job), "--failures", f"{tmp}/failures{job}.jsonl",
-                "--summary", f"{tmp}/summary{job}.json", *(["--numerics", *args.numerics] if args.numerics else [])]))
+                "--summary", f"{tmp}/summary{job}.json", *(["--numerics", *args.numerics] if args.numerics else [])],
+                cwd=Path(__file__).resolve().parent.parent))  # tests/: the package and the modules it imports
         signal.signal(signal.SIGTERM, lambda *_: [child.terminate() for child in children])
         codes = [child.wait() for child in children]
-        merged = {"totals": Counter(), "timings": Counter(), "stayed": Counter(), "cpu": 0.0}
+        merged = {"totals": Counter(), "timings": Counter(), "stayed": Counter(), "drawn": Counter(),
+                  "composites": Counter(), "cpu": 0.0}
         for job, code in enumerate(codes):
             summary = Path(f"{tmp}/summary{job}.json")
             if not summary.exists():  # a child that died: its batches cannot be vouched for
@@ -198,6 +216,8 @@ def print_summary(result: dict, jobs: int, elapsed: float) -> None:
     print("ops left in TVM, by reason:")
     for reason, count in result["stayed"].most_common(10):
         print(f"  {count:6d}  {reason}")
+    for title, key in (("drawn, by family (fuzzing.chains.families)", "drawn"), ("refcg kernels built", "composites")):
+        print(f"{title}:\n  " + ", ".join(f"{name} {count}" for name, count in sorted(result[key].items())))
 
 
 def main() -> int:
@@ -210,13 +230,27 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="processes, one seed each (seed, seed+1, ...): one per core")
-    parser.add_argument("--failures", default="fuzz-failures.jsonl")
+    parser.add_argument("--failures", default=str(Path(__file__).resolve().parents[2] / "fuzz-failures.jsonl"),
+                        help="mismatching and failing chains as JSON lines (default: at the repository root)")
     parser.add_argument("--summary", help="also write the counters as JSON (how --jobs collects them)")
-    parser.add_argument("--numerics", nargs="+", choices=list(NUMERICS),
-                        help="draw only these numerics (default: all, evenly), e.g. float32 for an FMA target")
+    parser.add_argument("--numerics", nargs="+", choices=list(ALL_NUMERICS),
+                        help="draw only these numerics (default: all x86 ones, evenly), e.g. float32 for an FMA target")
+    parser.add_argument("--arm", action="store_true",
+                        help="the aarch64 numerics (+neon,+dotprod on QEMU max, +neon on cortex-a53), emulated")
     args = parser.parse_args()
     if args.large_constants:
         return large_constants()
+    if args.arm:
+        args.numerics = args.numerics or list(ARM_NUMERICS)
+    if set(args.numerics or ()) & set(ARM_NUMERICS) and not args.summary:  # the parent sets the host up once
+        import pytest
+
+        from arm.host import ensure_host
+        try:
+            ensure_host()
+        except pytest.skip.Exception as why:
+            print(why, file=sys.stderr)
+            return 3
     start = time.time()
     result = fuzz(args) if args.jobs == 1 else fuzz_parallel(args)
     if args.summary:  # a child of --jobs: the parent prints the summary
@@ -224,7 +258,8 @@ def main() -> int:
     else:
         print_summary(result, args.jobs, time.time() - start)
     totals = result["totals"]
-    return 1 if totals["mismatches"] or totals["build errors"] or totals["processes that died"] else 0
+    failed = ("mismatches", "build errors", "refcg build errors", "processes that died")
+    return 1 if any(totals[key] for key in failed) else 0
 
 
 if __name__ == "__main__":

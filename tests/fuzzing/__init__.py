@@ -1,0 +1,3 @@
+"""The fuzz: random valid QNN chains (``chains``), built and compared bit-exact with TVM-only
+(``check``), on x86 here or on the emulated aarch64 host (``arm``). ``python -m fuzzing`` (run from
+tests/; ``make fuzz``, ``make fuzz-arm``) runs campaigns; tests/test_fuzz.py runs a bounded one."""
