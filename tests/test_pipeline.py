@@ -6,7 +6,7 @@ import pytest
 import tvm
 from tvm import relay
 
-from conftest import assert_not_degenerate, build_and_load, compare_with_tvm, random_int, run
+from conftest import assert_not_degenerate, build_and_load, compare_with_tvm, random_int, run, spy_on_codegen
 from models import module, qconv_block
 from refcodegen import RefcgError, codegen, offload_report, partition_for_refcg
 from refcodegen.emit import c_identifier, core_source
@@ -20,11 +20,10 @@ def conv_model(rng, layout="NCHW", **kw):
 
 
 @pytest.fixture
-def observed():
+def observed(monkeypatch):
     seen = []
-    codegen.OBSERVERS.append(lambda stage, func: seen.append((stage, func)))
-    yield seen
-    codegen.OBSERVERS.clear()
+    spy_on_codegen(monkeypatch, lambda stage, func: seen.append((stage, func)))
+    return seen
 
 
 def qnn_calls(expr, name):
