@@ -98,7 +98,8 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters.update(
-        c_bytes=c_bytes, c_comment=c_comment, c_int=c_int, c_ref=c_ref, c_ints=c_ints, c_floats=c_floats, c_doubles=c_doubles,
+        c_bytes=c_bytes, c_comment=c_comment, c_int=c_int, c_ref=c_ref, c_ints=c_ints, c_floats=c_floats,
+        c_doubles=c_doubles,
         dl_code=dl_code, dl_bits=dl_bits,
     )
     return env

@@ -77,7 +77,7 @@ def _config_key() -> tuple:
 
 # TVM legalizes these to a table it computes on the build host (numpy and the VM with target llvm,
 # relay/qnn/op/legalizations.py), whatever the build target: so does refcg.
-HOST_TABLE_OPS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish")
+HOST_TABLE_OPS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish", "qnn.exp", "qnn.log", "qnn.abs")
 
 
 def table_target(op_name: str | None, target):

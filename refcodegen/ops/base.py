@@ -101,7 +101,8 @@ def check_zero_point(expr, dtype: str, what: str, allow_vector: bool = False) ->
 
 def check_qparams(scale, zero_point, dtype: str, what: str) -> str | None:
     """A per-tensor (scalar) scale and zero point, as the elementwise kernels take them."""
-    reason = first_reason(check_scale(scale, f"{what} scale"), check_zero_point(zero_point, dtype, f"{what} zero point"))
+    reason = first_reason(check_scale(scale, f"{what} scale"),
+                          check_zero_point(zero_point, dtype, f"{what} zero point"))
     if reason is None and const_value(scale).size != 1:
         return f"{what} scale must be a scalar"
     return reason
@@ -236,6 +237,20 @@ class Step:
     @property
     def template(self) -> str:
         return f"{self.family}.c.j2"
+
+
+@dataclass
+class OneCall:
+    """The parameter object of a family whose match is one call: the report names that call."""
+
+    call: relay.Call
+
+    @classmethod
+    def parse(cls, call):
+        return cls(call)
+
+    def members(self) -> list:
+        return [self.call]
 
 
 def operands(func: relay.Function, srcs: list[Buffer], exprs) -> list[Buffer]:

@@ -2,14 +2,12 @@
 the output (requantize.py's kernel, one part per input)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from tvm import relay
 from tvm.relay.dataflow_pattern import is_op, is_tuple, wildcard
 
 from ..numerics import float_lowering, make_requantize, resolve_mode
 from . import requantize
-from .base import check_qparams, check_tensor, const_value, constants, dtype_of, operands, param_index, scalar
+from .base import (OneCall, check_qparams, check_tensor, const_value, constants, dtype_of, operands, param_index,
+                   scalar)
 from .epilogue import q31x4
 
 NAME = "concatenate"
@@ -23,17 +21,7 @@ def patterns() -> list:
             for n in range(2, MAX_INPUTS + 1)]
 
 
-@dataclass
-class Concatenate:
-    call: relay.Call
-
-    @classmethod
-    def parse(cls, call) -> "Concatenate":
-        return cls(call)
-
-    def members(self) -> list:
-        return [self.call]
-
+class Concatenate(OneCall):
     def reason(self, ctx) -> str | None:
         data, scales, zero_points, out_scale, out_zp = self.call.args
         reason = check_tensor(self.call, "output")

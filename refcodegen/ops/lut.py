@@ -15,7 +15,7 @@ from .base import (Call, Step, any_of, check_qparams, check_tensor, const_value,
 NAME = "lut"
 NEON_REQUANTIZE = False
 # qnn unary ops TVM 0.19 canonicalizes to a function of each 8-bit value (a lookup table)
-QNN_OPS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish", "qnn.leaky_relu")
+QNN_OPS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish", "qnn.leaky_relu", "qnn.exp", "qnn.log", "qnn.abs")
 FLOAT_OPS = ("sigmoid", "tanh", "nn.leaky_relu")
 
 
@@ -52,7 +52,8 @@ class Lut:
         if op_name(root) in QNN_OPS:
             data, in_scale, in_zp, out_scale, out_zp = root.args
             dtype = dtype_of(data)
-            return cls(root, root, data, [root], [(in_scale, in_zp, dtype, "input"), (out_scale, out_zp, dtype, "output")])
+            return cls(root, root, data, [root],
+                       [(in_scale, in_zp, dtype, "input"), (out_scale, out_zp, dtype, "output")])
         calls, dequantize = [], None
 
         def walk(expr):

@@ -2,14 +2,11 @@
 any axis (runtime refcg_quantize_ref / refcg_dequantize_ref)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
-from tvm import relay
 from tvm.relay.dataflow_pattern import is_op, wildcard
 
 from ..numerics import DTYPE_RANGE
-from .base import (DTYPE_CODE, Call, Step, check_scale, check_tensor, const_value, constants, dtype_of,
+from .base import (DTYPE_CODE, Call, OneCall, Step, check_scale, check_tensor, const_value, constants, dtype_of,
                    is_constant_subgraph, op_name, prod, static_shape)
 
 NAME = "quantize"
@@ -39,20 +36,10 @@ def check_axis_qparams(call, shape, scale, zero_point, dtype: str, what: str) ->
     return None
 
 
-@dataclass
-class Quantize:
-    call: relay.Call
-
-    @classmethod
-    def parse(cls, call) -> "Quantize":
-        return cls(call)
-
+class Quantize(OneCall):
     @property
     def op(self) -> str:
         return op_name(self.call)[4:]  # "quantize" or "dequantize"
-
-    def members(self) -> list:
-        return [self.call]
 
     def reason(self, ctx) -> str | None:
         call = self.call

@@ -2,17 +2,14 @@
 (refcodegen/softmax.py proves the bounds), ending in a requantize from scale 1/128 (runtime refcg_softmax_ref)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
-from tvm import relay
 from tvm.relay.dataflow_pattern import is_op, wildcard
 
 from .. import softmax as numerics
 from ..errors import RefcgError
 from ..numerics import float_lowering, make_requantize, resolve_mode
-from .base import Call, Step, check_qparams, check_tensor, const_value, constants, first_reason, prod, scalar, \
-    static_shape
+from .base import (Call, OneCall, Step, check_qparams, check_tensor, const_value, constants, first_reason, prod,
+                   scalar, static_shape)
 
 NAME = "softmax"
 NEON_REQUANTIZE = False
@@ -29,17 +26,7 @@ def require_x86(target, op: str):
         raise RefcgError(op, "target", reason + "; pass target= to partition_for_refcg to keep it in TVM")
 
 
-@dataclass
-class Softmax:
-    call: relay.Call
-
-    @classmethod
-    def parse(cls, call) -> "Softmax":
-        return cls(call)
-
-    def members(self) -> list:
-        return [self.call]
-
+class Softmax(OneCall):
     def reason(self, ctx) -> str | None:
         data, scale, zero_point, out_scale, out_zp = self.call.args
         reason = first_reason(
