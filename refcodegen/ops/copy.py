@@ -1,6 +1,7 @@
 """refcg.copy: data movement and clamping of one integer tensor (casts, reshape-like ops, transpose,
-layout_transform, strided_slice, nn.pad, clip, maximum/minimum with a constant): nothing is rounded,
-TVM's result is reproduced (runtime refcg_copy_ref)."""
+layout_transform, strided_slice, nn.pad, nn.depth_to_space, clip, maximum/minimum with a constant):
+nothing is rounded, TVM's result is reproduced (runtime refcg_copy_ref reads the input through a
+strided view of up to 6 axes)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from .base import (DTYPE_CODE, REQUANTIZE_DTYPES, Call, Step, any_of, check_clip
 NAME = "copy"
 NEON_REQUANTIZE = False
 OPS = ("cast", "reshape", "squeeze", "expand_dims", "nn.batch_flatten", "transpose", "layout_transform",
-       "strided_slice", "nn.pad", "clip", "maximum", "minimum")
+       "strided_slice", "nn.pad", "nn.depth_to_space", "clip", "maximum", "minimum")
 RESHAPE_OPS = ("reshape", "squeeze", "expand_dims", "nn.batch_flatten")
 CLAMP_OPS = ("maximum", "minimum")
 
@@ -72,6 +73,24 @@ def _strided_slice_reason(call) -> str | None:
     return None
 
 
+def depth_to_space_view(attrs, shape) -> tuple[list[int], list[int]]:
+    """(output shape, input strides) of nn.depth_to_space as six axes: the output's y and x split into
+    (block row, offset) as topi.nn.depth_to_space reads the input channel block_size * offset_y +
+    offset_x (DCR: that block of the output channels; any other mode: inside each output channel)."""
+    layout, bs = str(attrs.layout), int(attrs.block_size)
+    n, c, h, w = (shape[layout.index(axis)] for axis in "NCHW")
+    compact = _compact_strides(shape)
+    s_n, s_c, s_h, s_w = (compact[layout.index(axis)] for axis in "NCHW")
+    out_c = c // (bs * bs)
+    if str(attrs.mode) == "DCR":
+        s_channel, s_iy, s_ix = s_c, out_c * bs * s_c, out_c * s_c
+    else:
+        s_channel, s_iy, s_ix = bs * bs * s_c, bs * s_c, s_c
+    if layout == "NCHW":
+        return [n, out_c, h, bs, w, bs], [s_n, s_channel, s_h, s_iy, s_w, s_ix]
+    return [n, h, bs, w, bs, out_c], [s_n, s_h, s_iy, s_w, s_ix, s_channel]
+
+
 def _compact_strides(shape) -> list[int]:
     return [prod(shape[k + 1:]) for k in range(len(shape))]
 
@@ -117,6 +136,8 @@ class Copy:
                 return f"layout_transform {src} -> {dst} is not a permutation of plain axes"
         if op == "strided_slice":
             return _strided_slice_reason(call)
+        if op == "nn.depth_to_space" and str(call.attrs.layout) not in ("NCHW", "NHWC"):
+            return f"depth_to_space layout {call.attrs.layout} is not NCHW or NHWC"
         if op == "nn.pad":
             value = const_value(call.args[1])
             lo, hi = DTYPE_RANGE[dtype_of(data)]
@@ -160,6 +181,11 @@ class Copy:
         if op == "nn.pad":
             view["pad_before"] = [int(before) for before, _ in call.attrs.pad_width]
             return view
+        if op == "nn.depth_to_space":
+            out_shape, in_stride = depth_to_space_view(call.attrs, shape)
+            # every output index reads inside the input: no padding bound
+            return {"out_shape": out_shape, "in_stride": in_stride, "pad_before": [0] * 6, "in_shape": out_shape,
+                    "offset": 0}
         raise RefcgError(op, "copy", "no data-movement plan for this op")
 
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
