@@ -234,14 +234,46 @@ def test_partition_leaves_its_argument_unchanged(tmp_path, rng, bind):
     np.testing.assert_array_equal(got, want)
 
 
-def test_explicit_target_overrides_stack(tmp_path, rng):
-    """partition_for_refcg(target=...) fixes the numerics even when built elsewhere."""
+def test_explicit_target_fixes_the_numerics(tmp_path, rng):
+    """partition_for_refcg(target=...) gives the partition the numerics of that target."""
     mod, shape = conv_model(rng, weight_range=(-63, 63), input_zp=1, output_zp=3)
     data = {"x": random_int(rng, shape, "int8")}
     skylake = "llvm -mcpu=skylake"
     want = run(build_and_load(mod, skylake, tmp_path, "tvm"), data)[0]
     got = run(build_and_load(partition_for_refcg(mod, target=skylake), skylake, tmp_path, "refcg"), data)[0]
     np.testing.assert_array_equal(got, want)
+
+
+def test_the_build_target_is_found_under_relay_build_and_vm_compile(rng, monkeypatch):
+    """Without target=, the codegen reproduces the target relay.build or relay.vm.compile was given."""
+    found = []
+    resolve = codegen.resolve_build_target
+    monkeypatch.setattr(codegen, "resolve_build_target", lambda func: found.append(resolve(func)) or found[-1])
+    mod, _ = conv_model(rng)
+    skylake = tvm.target.Target("llvm -mcpu=skylake")
+    with tvm.transform.PassContext(opt_level=3):
+        relay.build(partition_for_refcg(mod), target=skylake)
+        relay.vm.compile(partition_for_refcg(mod), target=skylake)
+        with tvm.target.Target("llvm -mcpu=sandybridge"):  # relay.build's target=None: the current one
+            relay.build(partition_for_refcg(mod))
+    assert [str(t) for t in found] == [str(skylake)] * 2 + [str(tvm.target.Target("llvm -mcpu=sandybridge"))]
+
+
+def test_without_a_build_on_the_stack_the_codegen_asks_for_target(rng):
+    (gv, func), = refcg_functions(partition_for_refcg(conv_model(rng)[0]))
+    with pytest.raises(RefcgError, match="pass target= to partition_for_refcg"):
+        codegen.generate_c(func.with_attr("global_symbol", gv.name_hint))
+
+
+@pytest.mark.parametrize("build", ["relay.build", "vm.compile"])
+def test_a_partition_built_for_another_target_is_an_error_naming_both(rng, build):
+    """Partitioned for skylake (float32 requantize), built for llvm (int64): refcg would compute the
+    wrong target's numerics; the build stops instead."""
+    partitioned = partition_for_refcg(conv_model(rng)[0], target="llvm -mcpu=skylake")
+    compile_ = relay.build if build == "relay.build" else relay.vm.compile
+    with pytest.raises(RefcgError) as error, tvm.transform.PassContext(opt_level=3):
+        compile_(partitioned, target="llvm")
+    assert "-mcpu=skylake" in error.value.reason and "built for 'llvm" in error.value.reason, error.value.reason
 
 
 @pytest.mark.parametrize("name", ["ok_name", "a" * 10])
