@@ -17,7 +17,7 @@ from .armfuse import FusionContext
 from .errors import RefcgError
 from .numerics import is_arm_cpu_aarch64
 from .ops import family_of
-from .ops.base import Buffer, Step  # noqa: F401  (the plan's types)
+from .ops.base import Buffer, Step
 
 
 @dataclass

@@ -56,9 +56,6 @@ class Rejections:
             key = (op_name(call), str(call.checked_type))
             self.reasons.setdefault(key, set()).add(reason)
 
-    def lookup(self, call) -> set[str]:
-        return self.reasons.get((op_name(call), str(call.checked_type)), set())
-
     def as_dict(self) -> dict[str, list[str]]:
         """``"op|type" -> sorted reasons``, as stored on the partitioned module."""
         return {f"{op}|{ty}": sorted(r) for (op, ty), r in self.reasons.items()}
