@@ -2,7 +2,8 @@
 
 ``import refcodegen`` registers ``relay.ext.refcg`` (and its constant updater) and the
 ``refcg`` pattern table. Flow: partition.py -> scoped_fold.py -> plan.py -> emit.py
-(templates/) -> C core (runtime/), wired together in codegen.py.
+(templates/) -> C core (runtime/), wired together in codegen.py; each op family's patterns,
+check and plan live in ops/<family>.py.
 """
 import importlib.util
 import os

@@ -28,7 +28,10 @@ from __future__ import annotations
 import tvm
 from tvm import relay
 
-from . import checks
+from .ops.base import dtype_of, op_name
+from .ops.conv2d import Conv2D
+from .ops.epilogue import Epilogue
+from .ops.pool2d import Pool2D
 from .errors import RefcgError
 from .numerics import conv2d_output_sliced, injective_lanes, tvm_aarch64_lanes
 
@@ -89,7 +92,7 @@ class FusionContext:
         kind = _composite(call)
         body = call.op.body
         if kind == "refcg.conv2d":
-            conv = checks.conv2d_parts(body)["conv"]
+            conv = Conv2D.parse(body).conv
             if conv2d_output_sliced(self.target, conv):
                 return None  # its requantize follows a strided_slice: no anchor
             return tvm_aarch64_lanes(self.target, "conv2d", conv=conv)
@@ -143,7 +146,7 @@ class FusionContext:
     def _tail_lanes(self, call) -> int:
         """Unanchored chain ending at ``call``: it fuses forward (graph_partitioner.cc:433-461)
         until a conv/dense/pool reads it; the injective schedule vectorizes its last output."""
-        shape, dtype = _shape(call), checks.dtype_of(call)
+        shape, dtype = _shape(call), dtype_of(call)
         readers = self.readers.get(call, [])
         if call in self.graph_output:
             if not self.graph_output[call]:
@@ -164,16 +167,16 @@ class FusionContext:
         if kind == "refcg.concatenate":
             return self._concat_lanes(reader)
         if kind == "refcg.conv2d":
-            pad = checks.conv2d_parts(reader.op.body)["pad"]
+            pad = Conv2D.parse(reader.op.body).pad
             # the conv's legalization casts its input to int8/int16 (never int32): the chain
             # ends on that cast, or on the fused nn.pad (injective, shape of its output)
             return injective_lanes((_shape(pad) if pad is not None else shape)[-1], "int8")
         if kind == "refcg.dense":
-            data = checks.epilogue_parts(reader.op.body)["anchor"].args[0]  # reshape or the input
+            data = Epilogue.parse(reader.op.body).anchor.args[0]  # reshape or the input
             return injective_lanes(_shape(data)[-1], "int8")
         if kind == "refcg.pool2d":
             # avg pools read the chain through a cast to int32 (fused here); max pools directly
-            return injective_lanes(shape[-1], "int32" if "inner_cast" in checks.pool_parts(reader.op.body) else dtype)
+            return injective_lanes(shape[-1], "int32" if Pool2D.parse(reader.op.body).inner_cast is not None else dtype)
         raise Unknown(f"it feeds a {kind} kernel")
 
     def _concat_lanes(self, concat) -> int:
@@ -192,10 +195,10 @@ class FusionContext:
         """No injective op (fused pad, flattening reshape) in front of this conv/dense/pool."""
         kind = _composite(reader)
         if kind == "refcg.conv2d":
-            return checks.conv2d_parts(reader.op.body)["pad"] is None
+            return Conv2D.parse(reader.op.body).pad is None
         if kind == "refcg.dense":
-            data = checks.epilogue_parts(reader.op.body)["anchor"].args[0]
-            return checks.op_name(data) not in ("reshape", "nn.batch_flatten")
+            data = Epilogue.parse(reader.op.body).anchor.args[0]
+            return op_name(data) not in ("reshape", "nn.batch_flatten")
         return True
 
     # -- the question the planners ask ------------------------------------------------------

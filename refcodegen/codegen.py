@@ -3,6 +3,8 @@
 Stages, one module each: scoped_fold (legalize-and-fold on a module holding only this
 partition) -> plan (typed kernel descriptions) -> emit (C from templates). The partition's
 module imports the shared core module (the runtime/ C core, one copy per library).
+``generate_c`` calls the stages through this module's names (``scoped_fold``, ``build_plan``,
+``render``): a test or tool that needs to see a stage's input wraps that name (pytest monkeypatch).
 """
 from __future__ import annotations
 
@@ -13,24 +15,17 @@ import tvm
 from .build_target import resolve_build_target
 from .emit import core_source, render
 from .errors import RefcgError
-from .patterns import COMPILER
+from .ops import COMPILER
 from .plan import build_plan
 from .scoped_fold import scoped_fold
 from .armfuse import keep_boundaries
-
-# Hooks for tests and tools: called with (stage, function) as the codegen runs.
-OBSERVERS: list = []
 
 
 def generate_c(func) -> tuple[str, str]:
     """(symbol, C source) for one partition function as TVM hands it to the codegen."""
     symbol = str(func.attrs["global_symbol"])
     target = resolve_build_target(func)
-    for observe in OBSERVERS:
-        observe("received", func)
     folded = keep_boundaries(func, scoped_fold(func))
-    for observe in OBSERVERS:
-        observe("folded", folded)
     return symbol, render(build_plan(folded, symbol, target))
 
 
@@ -62,4 +57,4 @@ def refcg_constant_updater(func, symbol):
     return {}
 
 
-__all__ = ["generate_c", "refcg_codegen", "RefcgError", "OBSERVERS"]
+__all__ = ["generate_c", "refcg_codegen", "RefcgError"]

@@ -1,11 +1,11 @@
-"""Where each ``qnn.dequantize`` result goes, for the dequantize check (checks.check_dequantize_uses).
+"""Where each ``qnn.dequantize`` result goes, for the dequantize check (ops/quantize.py).
 
 refcg hands a dequantize's float32 result back to TVM as a materialized tensor. TVM-only instead
 lowers it to ``float(x - zp) * scale`` and optimizes it together with its consumers: FuseOps puts
 the multiply in one kernel with an elementwise add, which LLVM contracts into an FMA on FMA
 targets (AllowFPOpFusion::Fast), and SimplifyExpr folds a following constant multiply into the
 scale. So a dequantize is offloaded only when its result reaches nothing that could do that.
-Computed once per partitioning on the graph MergeComposite runs on; keyed by the call's attrs
+Computed once per partitioning (``partition_for_refcg``) on the graph MergeComposite runs on; keyed by the call's attrs
 object, which MergeComposite keeps when it rebuilds a call around new arguments.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _op_name(expr) -> str | None:
 
 
 class DequantizeUses:
-    """For each qnn.dequantize of the last partitioned graph: None (safe) or why its result cannot
+    """For each qnn.dequantize of the graph being partitioned: None (safe) or why its result cannot
     leave refcg bit-exactly."""
 
     def __init__(self):
@@ -70,5 +70,3 @@ class DequantizeUses:
             return "the dequantize's consumers are unknown (partition with partition_for_refcg)"
         return self.reasons[call.attrs]
 
-
-DEQUANTIZE_USES = DequantizeUses()

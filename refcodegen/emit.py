@@ -76,6 +76,11 @@ def c_doubles(values) -> str:
     return ", ".join(repr(float(v)) for v in values)
 
 
+def c_ref(name: str, prefix: str, present) -> str:
+    """The C name ``<prefix>_<name>`` of optional data the template declared, or NULL when ``present`` is None."""
+    return "NULL" if present is None else f"{prefix}_{name}"
+
+
 def dl_code(dtype: str) -> str:
     return _DL_CODE[re.match(r"[a-z]+", dtype).group(0)]
 
@@ -94,7 +99,8 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters.update(
-        c_bytes=c_bytes, c_comment=c_comment, c_int=c_int, c_ints=c_ints, c_floats=c_floats, c_doubles=c_doubles,
+        c_bytes=c_bytes, c_comment=c_comment, c_int=c_int, c_ref=c_ref, c_ints=c_ints, c_floats=c_floats,
+        c_doubles=c_doubles,
         dl_code=dl_code, dl_bits=dl_bits,
     )
     return env

@@ -11,7 +11,8 @@ itself turns into a table computed on the build host (``HOST_TABLE_OPS``).
 """
 from __future__ import annotations
 
-import sys
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
@@ -64,21 +65,6 @@ def cannot_run(target) -> str | None:
     return f"lookup table must be computed by running TVM's build for the target: {reason}" if reason else None
 
 
-def partition_target():
-    """The ``target=`` given to ``partition_for_refcg`` that is running on the Python stack, if any.
-
-    Checks run inside MergeComposite; the target reaches them like the build target reaches the
-    codegen (build_target.targets_on_stack): from the caller's frame.
-    """
-    frame = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "partition_for_refcg" and code.co_filename.endswith("partition.py"):
-            return frame.f_locals.get("target")
-        frame = frame.f_back
-    return None
-
-
 def _config_key() -> tuple:
     from tvm.relay.qnn.op.qnn import current_requantize_config
 
@@ -91,7 +77,7 @@ def _config_key() -> tuple:
 
 # TVM legalizes these to a table it computes on the build host (numpy and the VM with target llvm,
 # relay/qnn/op/legalizations.py), whatever the build target: so does refcg.
-HOST_TABLE_OPS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish")
+HOST_TABLE_OPS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish", "qnn.exp", "qnn.log", "qnn.abs")
 
 
 def table_target(op_name: str | None, target):
@@ -109,7 +95,26 @@ def _op_name(func: relay.Function) -> str | None:
     return body.op.name if isinstance(body, relay.Call) and isinstance(body.op, tvm.ir.Op) else None
 
 
-_TABLES: dict = {}
+# Tables computed so far, least recently used first: a model's ops are built once per process, not
+# once per partition; bounded so that a long-running compiler does not grow without end.
+_TABLES: OrderedDict = OrderedDict()
+MAX_TABLES = 4096  # 256 entries each: at most ~1 MB
+_TABLES_LOCK = threading.Lock()
+
+
+def _remember(key, table: np.ndarray) -> None:
+    with _TABLES_LOCK:
+        _TABLES[key] = table
+        _TABLES.move_to_end(key)
+        while len(_TABLES) > MAX_TABLES:
+            _TABLES.popitem(last=False)
+
+
+def _recall(key) -> np.ndarray | None:
+    with _TABLES_LOCK:
+        if key in _TABLES:
+            _TABLES.move_to_end(key)
+        return _TABLES.get(key)
 
 
 def _standalone(func: relay.Function) -> relay.Function:
@@ -149,7 +154,7 @@ def compute_tables(funcs: list, target) -> None:
             runner.set_input(i, tvm.nd.array(np.arange(256, dtype="uint8").view(v.type_annotation.dtype)))
         runner.run()
         for i, key in enumerate(keys):
-            _TABLES[key] = runner.get_output(i).numpy()
+            _remember(key, runner.get_output(i).numpy())
 
 
 def prepare(func: relay.Function, target) -> None:
@@ -167,5 +172,9 @@ def prepare(func: relay.Function, target) -> None:
 
 def lookup_table(func: relay.Function, target) -> np.ndarray:
     """What TVM-only computes for ``func`` (one 8-bit parameter, elementwise) on each bit pattern 0..255."""
-    compute_tables([func], target)
-    return _TABLES[_key(_standalone(func), table_target(_op_name(func), target))]
+    key = _key(_standalone(func), table_target(_op_name(func), target))
+    table = _recall(key)
+    if table is None:
+        compute_tables([func], target)
+        table = _recall(key)
+    return table

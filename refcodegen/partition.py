@@ -8,8 +8,7 @@ from tvm import relay
 from tvm.relay.build_module import bind_params_by_name
 
 from .armfuse import tag_boundaries
-from .consumers import DEQUANTIZE_USES
-from .patterns import COMPILER, REJECTIONS, pattern_table
+from .ops import COMPILER, CheckContext, pattern_table
 from .splits import split_to_slices
 
 TARGET_ATTR = "RefcgTarget"
@@ -57,9 +56,10 @@ def partition_for_refcg(mod, params=None, *, target=None, fold_batch_norm: bool 
     mod = mod.clone()  # binding params and tagging targets below replace functions in place
     if params:
         mod["main"] = bind_params_by_name(mod["main"], params)
-    REJECTIONS.clear()
+    target = tvm.target.Target(target) if target is not None else None
+    ctx = CheckContext(target)  # this call's checks: their target, dequantize consumers and rejections
     partition = tvm.transform.Sequential([
-        relay.transform.MergeComposite(pattern_table()),
+        relay.transform.MergeComposite(pattern_table(ctx)),
         relay.transform.AnnotateTarget(COMPILER),
         relay.transform.MergeCompilerRegions(),
         relay.transform.PartitionGraph(),
@@ -68,13 +68,12 @@ def partition_for_refcg(mod, params=None, *, target=None, fold_batch_norm: bool 
     with tvm.transform.PassContext(opt_level=3):
         mod = tvm.transform.Sequential(prepare_passes(fold_batch_norm, fake_quantization_to_integer))(mod)
         mod = split_to_slices(mod)
-        DEQUANTIZE_USES.analyze(mod["main"])  # the dequantize check needs each result's consumers
+        ctx.dequantize_uses.analyze(mod["main"])  # the dequantize check needs each result's consumers
         mod = partition(mod)
     mod = tag_boundaries(mod)
     if target is not None:
-        mod = _tag_target(mod, str(tvm.target.Target(target)))
-    reasons = {f"{op}|{ty}": sorted(r) for (op, ty), r in REJECTIONS.reasons.items()}
-    return mod.with_attr(REJECTIONS_ATTR, json.dumps(reasons))
+        mod = _tag_target(mod, str(target))
+    return mod.with_attr(REJECTIONS_ATTR, json.dumps(ctx.rejections.as_dict()))
 
 
 def refcg_functions(mod):

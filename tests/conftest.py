@@ -71,3 +71,22 @@ def random_int(rng, shape, dtype, low=None, high=None):
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261130)
+
+
+def spy_on_codegen(monkeypatch, observe):
+    """Call ``observe(stage, func)`` as relay.ext.refcg runs: "received" with the partition TVM hands
+    over, "folded" with it after the scoped fold (what the plan reads). Wraps codegen's stage names."""
+    from refcodegen import codegen
+
+    fold, plan = codegen.scoped_fold, codegen.build_plan
+
+    def scoped_fold(func):
+        observe("received", func)
+        return fold(func)
+
+    def build_plan(func, symbol, target):
+        observe("folded", func)
+        return plan(func, symbol, target)
+
+    monkeypatch.setattr(codegen, "scoped_fold", scoped_fold)
+    monkeypatch.setattr(codegen, "build_plan", build_plan)

@@ -16,10 +16,10 @@ import pytest
 import tvm
 from tvm import relay
 
+from conftest import spy_on_codegen
 from arm.host import TARGET_DOTPROD, TARGET_NEON
 from models import module, qconv_block
 from refcodegen import partition_for_refcg
-from refcodegen.codegen import OBSERVERS
 from refcodegen.errors import RefcgError
 from refcodegen.numerics import MODES, resolve_mode
 from refcodegen.plan import build_plan
@@ -184,18 +184,17 @@ def refcg_qms(mod, target):
         if stage == "folded":
             plans.append(build_plan(func, "probe", tvm.target.Target(target)))
 
-    OBSERVERS.append(observe)
-    try:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        spy_on_codegen(monkeypatch, observe)
         with tvm.transform.PassContext(opt_level=3):
             lib = relay.build(partition_for_refcg(mod), target=target)
-    finally:
-        OBSERVERS.remove(observe)
     found = {}
     neon, exact = MODES[("UPWARD", "int64-neon")], MODES[("UPWARD", "int64")]
     for plan in plans:
         for step in plan.steps:
-            rqs = [getattr(step, "requant", None)] + list(getattr(step, "params", {}).get("rq", []))
-            rqs += [part["rq"] for part in getattr(step, "params", {}).get("parts", [])]
+            values = step.values
+            rqs = [values.get("requant")] + list(values.get("rq", []) if isinstance(values.get("rq"), list) else [])
+            rqs += [part["rq"] for part in values.get("parts", [])]
             for rq in rqs:
                 if rq is not None and not rq.per_channel and not rq.identity and rq.mode in (neon, exact):
                     found.setdefault((rq.multipliers[0], rq.shifts[0]), set()).add(rq.mode == neon)

@@ -68,10 +68,10 @@ def test_bench_table(models, capsys):
 
 def test_codegen_error_names_op_and_reason(models, tmp_path, capsys, monkeypatch):
     """A RefcgError raised inside relay.build crosses TVM's FFI; the CLI still prints op and reason."""
-    def refuse(stage, func):
+    def refuse(func):
         raise RefcgError("qnn.dense", "weight", "refused by this test")
 
-    monkeypatch.setattr(codegen, "OBSERVERS", [refuse])
+    monkeypatch.setattr(codegen, "scoped_fold", refuse)
     assert cli.main(["compile", models["mlp"], "-o", str(tmp_path / "x.so")]) == 2
     assert "refcg: error: qnn.dense: weight: refused by this test" in capsys.readouterr().err
 

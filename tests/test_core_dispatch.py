@@ -106,4 +106,4 @@ def test_reference_only_conv_compiles_and_matches(tmp_path):
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(partitioned, target=TARGET_LLVM)
     source = next(m.get_source() for m in lib.get_lib().imported_modules if m.type_key == "c")
-    assert re.search(r"refcg_conv2d_fast \w+_fast = \{\s*REFCG_FAST_NONE,", source)
+    assert re.search(r"refcg_conv2d_fast \w+_fast = \{\s*\.kind = REFCG_FAST_NONE,", source)

@@ -30,6 +30,9 @@ QNN_FORMS = {
     "tanh": lambda x, qi, qo: relay.qnn.op.tanh(x, *qi, *qo),
     "hardswish": lambda x, qi, qo: relay.qnn.op.hardswish(x, *qi, *qo),
     "leaky_relu": lambda x, qi, qo: relay.qnn.op.leaky_relu(x, 0.1, *qi, *qo),
+    "exp": lambda x, qi, qo: relay.qnn.op.exp(x, *qi, *qo),
+    "log": lambda x, qi, qo: relay.qnn.op.log(x, *qi, *qo),  # NaN for x <= zero point: TVM's numpy table decides
+    "abs": lambda x, qi, qo: relay.qnn.op.abs(x, *qi, *qo),
 }
 FLOAT_FORMS = {  # what frontends emit between qnn.dequantize and qnn.quantize
     "sigmoid": relay.sigmoid,
@@ -50,6 +53,8 @@ def output_qparams(op: str, dtype: str):
         return qparams(1 / 256, zo)
     if op == "tanh":
         return qparams(1 / 128, zo + 128 * (dtype == "uint8"))
+    if op == "exp":  # exp(x) of x in about [-9, 9]: up to ~64 before saturating
+        return qparams(0.25, zo)
     return qparams(0.05, zo + 20)
 
 
@@ -178,7 +183,7 @@ def test_lut_target_check_needs_only_instruction_set_extensions(monkeypatch):
 
 @pytest.mark.parametrize("op", sorted(lut.HOST_TABLE_OPS))
 def test_host_computed_tables_do_not_depend_on_the_target(op):
-    """TVM legalizes qnn.sigmoid/tanh/hardswish to a table computed on the build host for any target:
+    """TVM legalizes qnn.sigmoid/tanh/hardswish/exp/log/abs to a table computed on the build host for any target:
     the table TVM embeds in an aarch64 build equals the one refcg computes here."""
     x = relay.var("x", shape=(16,), dtype="int8")
     name = op.split(".")[1]

@@ -6,7 +6,7 @@ import pytest
 import tvm
 from tvm import relay
 
-from conftest import assert_not_degenerate, build_and_load, compare_with_tvm, random_int, run
+from conftest import assert_not_degenerate, build_and_load, compare_with_tvm, random_int, run, spy_on_codegen
 from models import module, qconv_block
 from refcodegen import RefcgError, codegen, offload_report, partition_for_refcg
 from refcodegen.emit import c_identifier, core_source
@@ -20,11 +20,10 @@ def conv_model(rng, layout="NCHW", **kw):
 
 
 @pytest.fixture
-def observed():
+def observed(monkeypatch):
     seen = []
-    codegen.OBSERVERS.append(lambda stage, func: seen.append((stage, func)))
-    yield seen
-    codegen.OBSERVERS.clear()
+    spy_on_codegen(monkeypatch, lambda stage, func: seen.append((stage, func)))
+    return seen
 
 
 def qnn_calls(expr, name):
@@ -56,24 +55,64 @@ def test_weights_are_not_copied_into_params(rng):
     assert len(lib.get_params()) == 0  # constant_updater returns {}: weights live in the C source
 
 
-def test_generated_c_compiles_without_warnings(tmp_path, rng, observed):
+def compile_strictly(tmp_path, name: str, source: str):
+    """``source`` compiles as C++ (g++, as export_library does) and as C11 with -Wall -Wextra -Werror."""
     import subprocess
 
     from tvm._ffi.libinfo import find_include_path
 
+    includes = [f"-I{p}" for p in find_include_path()]
+    src = tmp_path / f"{name}.c"
+    src.write_text(source)
+    for compiler in (["g++", "-x", "c++"], ["gcc", "-x", "c", "-std=c11"]):
+        result = subprocess.run(compiler + ["-Wall", "-Wextra", "-Werror", "-c", str(src), "-o",
+                                            str(tmp_path / f"{name}.o")] + includes, capture_output=True, text=True)
+        assert result.returncode == 0, f"{name}: {result.stderr}"
+
+
+def test_generated_c_compiles_without_warnings(tmp_path, rng):
     mod, _ = conv_model(rng, layout="NHWC", bias=False, per_channel=True)
     partitioned = partition_for_refcg(mod, target="llvm")
     (gv, func), = refcg_functions(partitioned)
     symbol, code = codegen.generate_c(func.with_attr("global_symbol", gv.name_hint))
-    includes = [f"-I{p}" for p in find_include_path()]
     for name, source in [("part", code), ("core", core_source())]:
-        src = tmp_path / f"{name}.c"
-        src.write_text(source)
-        for compiler in (["g++", "-x", "c++"], ["gcc", "-x", "c", "-std=c11"]):
-            result = subprocess.run(compiler + ["-Wall", "-Wextra", "-Werror", "-c", str(src), "-o",
-                                                str(tmp_path / f"{name}.o")] + includes, capture_output=True, text=True)
-            assert result.returncode == 0, f"{name}: {result.stderr}"
+        compile_strictly(tmp_path, name, source)
     assert symbol in code
+
+
+def every_family(rng):
+    """One graph with a kernel of every family (reduced sizes: it is compiled, not run)."""
+    def q(scale, zp=0):
+        return relay.const(np.float32(scale)), relay.const(zp)
+
+    x = relay.var("x", shape=(1, 4, 6, 6), dtype="int8")
+    y = qconv_block(x, rng, in_c=4, out_c=4, input_scale=0.1)  # conv2d, requantized to scale 0.1
+    y = relay.nn.max_pool2d(y, pool_size=(2, 2), strides=(2, 2))  # pool2d
+    y = relay.qnn.op.add(y, y, *q(0.1), *q(0.1), *q(0.2))  # binary
+    y = relay.qnn.op.concatenate([y, y], [q(0.2)[0]] * 2, [q(0.2)[1]] * 2, *q(0.2), axis=1)  # concatenate
+    y = relay.qnn.op.sigmoid(y, *q(0.2), *q(1 / 256, -128))  # lut
+    y = relay.qnn.op.requantize(y, *q(1 / 256, -128), *q(0.02), out_dtype="int8")  # requantize
+    y = relay.qnn.op.softmax(y, *q(0.02), *q(1 / 256, -128), axis=1)  # softmax
+    y = relay.reshape(relay.transpose(y, (0, 2, 3, 1)), (1, 72))  # copy; the reshape goes with the dense
+    w = relay.const(rng.integers(-8, 8, (10, 72)).astype("int8"))
+    y = relay.qnn.op.dense(y, w, relay.const(-128), relay.const(0), *q(1 / 256)[:1], relay.const(np.float32(0.01)),
+                           units=10)
+    y = relay.qnn.op.requantize(y, *q(0.01 / 256), *q(0.05), out_dtype="int8")  # dense's epilogue
+    f = relay.qnn.op.dequantize(y, *q(0.05))  # quantize (dequantize) to a float softmax
+    y = relay.qnn.op.quantize(relay.nn.softmax(relay.qnn.op.dequantize(y, *q(0.05))), *q(1 / 256, -128))
+    s = relay.cast(relay.mean(relay.cast(y, "int32"), axis=[1], keepdims=True), "int8")  # reduce
+    return module([x], relay.Tuple([s, relay.qnn.op.quantize(f, *q(0.05))]))
+
+
+def test_every_family_renders_c_that_compiles_without_warnings(tmp_path, rng):
+    from refcodegen import ops
+
+    partitioned = partition_for_refcg(every_family(rng), target="llvm")
+    report = offload_report(partitioned)
+    assert {c for kernels in report.partitions.values() for c, _ in kernels} == set(ops.BY_COMPOSITE), str(report)
+    for gv, func in refcg_functions(partitioned):
+        symbol, code = codegen.generate_c(func.with_attr("global_symbol", gv.name_hint))
+        compile_strictly(tmp_path, symbol, code)
 
 
 def test_a_library_holds_one_core_however_many_partitions(tmp_path, rng):
@@ -195,14 +234,46 @@ def test_partition_leaves_its_argument_unchanged(tmp_path, rng, bind):
     np.testing.assert_array_equal(got, want)
 
 
-def test_explicit_target_overrides_stack(tmp_path, rng):
-    """partition_for_refcg(target=...) fixes the numerics even when built elsewhere."""
+def test_explicit_target_fixes_the_numerics(tmp_path, rng):
+    """partition_for_refcg(target=...) gives the partition the numerics of that target."""
     mod, shape = conv_model(rng, weight_range=(-63, 63), input_zp=1, output_zp=3)
     data = {"x": random_int(rng, shape, "int8")}
     skylake = "llvm -mcpu=skylake"
     want = run(build_and_load(mod, skylake, tmp_path, "tvm"), data)[0]
     got = run(build_and_load(partition_for_refcg(mod, target=skylake), skylake, tmp_path, "refcg"), data)[0]
     np.testing.assert_array_equal(got, want)
+
+
+def test_the_build_target_is_found_under_relay_build_and_vm_compile(rng, monkeypatch):
+    """Without target=, the codegen reproduces the target relay.build or relay.vm.compile was given."""
+    found = []
+    resolve = codegen.resolve_build_target
+    monkeypatch.setattr(codegen, "resolve_build_target", lambda func: found.append(resolve(func)) or found[-1])
+    mod, _ = conv_model(rng)
+    skylake = tvm.target.Target("llvm -mcpu=skylake")
+    with tvm.transform.PassContext(opt_level=3):
+        relay.build(partition_for_refcg(mod), target=skylake)
+        relay.vm.compile(partition_for_refcg(mod), target=skylake)
+        with tvm.target.Target("llvm -mcpu=sandybridge"):  # relay.build's target=None: the current one
+            relay.build(partition_for_refcg(mod))
+    assert [str(t) for t in found] == [str(skylake)] * 2 + [str(tvm.target.Target("llvm -mcpu=sandybridge"))]
+
+
+def test_without_a_build_on_the_stack_the_codegen_asks_for_target(rng):
+    (gv, func), = refcg_functions(partition_for_refcg(conv_model(rng)[0]))
+    with pytest.raises(RefcgError, match="pass target= to partition_for_refcg"):
+        codegen.generate_c(func.with_attr("global_symbol", gv.name_hint))
+
+
+@pytest.mark.parametrize("build", ["relay.build", "vm.compile"])
+def test_a_partition_built_for_another_target_is_an_error_naming_both(rng, build):
+    """Partitioned for skylake (float32 requantize), built for llvm (int64): refcg would compute the
+    wrong target's numerics; the build stops instead."""
+    partitioned = partition_for_refcg(conv_model(rng)[0], target="llvm -mcpu=skylake")
+    compile_ = relay.build if build == "relay.build" else relay.vm.compile
+    with pytest.raises(RefcgError) as error, tvm.transform.PassContext(opt_level=3):
+        compile_(partitioned, target="llvm")
+    assert "-mcpu=skylake" in error.value.reason and "built for 'llvm" in error.value.reason, error.value.reason
 
 
 @pytest.mark.parametrize("name", ["ok_name", "a" * 10])

@@ -5,8 +5,7 @@ import pytest
 import tvm
 from tvm import relay
 
-from conftest import compare_with_tvm
-from refcodegen import codegen
+from conftest import compare_with_tvm, spy_on_codegen
 from refcodegen.scoped_fold import scoped_fold
 
 
@@ -60,11 +59,10 @@ def seed_model(rng, per_channel: bool):
 
 
 @pytest.fixture
-def stages():
+def stages(monkeypatch):
     seen = {}
-    codegen.OBSERVERS.append(lambda stage, func: seen.setdefault(stage, []).append(func))
-    yield seen
-    codegen.OBSERVERS.clear()
+    spy_on_codegen(monkeypatch, lambda stage, func: seen.setdefault(stage, []).append(func))
+    return seen
 
 
 @pytest.mark.parametrize("per_channel", [False, True])

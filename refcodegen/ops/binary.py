@@ -1,0 +1,106 @@
+"""refcg.binary: qnn.add / qnn.subtract / qnn.mul (+clip) with broadcasting (runtime refcg_binary)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import relay
+from tvm.relay.dataflow_pattern import is_op, wildcard
+
+from ..numerics import float_lowering, make_requantize, resolve_mode
+from .base import (DTYPE_CODE, Call, Step, any_of, check_clip, check_qparams, check_tensor, const_value, constants,
+                   dtype_of, first_reason, op_name, operands, out_range, param_index, scalar)
+from .epilogue import q31x4
+
+NAME = "binary"
+NEON_REQUANTIZE = True
+OPS = {"qnn.add": "REFCG_BIN_ADD", "qnn.subtract": "REFCG_BIN_SUB", "qnn.mul": "REFCG_BIN_MUL"}
+
+
+def patterns() -> list:
+    call = any_of([is_op(name)(wildcard(), wildcard(), *constants(6)) for name in OPS])
+    return [(call.optional(lambda x: is_op("clip")(x)), Binary.parse)]
+
+
+def broadcast_strides(shape, out_shape) -> list[int]:
+    """Element strides of a compact ``shape`` broadcast to ``out_shape`` (0 where broadcast)."""
+    shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step if dim != 1 else 0)
+        step *= dim
+    return strides[::-1]
+
+
+@dataclass
+class Binary:
+    call: relay.Call
+    clip: relay.Call | None
+
+    @classmethod
+    def parse(cls, root) -> "Binary":
+        if op_name(root) == "clip":
+            return cls(root.args[0], root)
+        return cls(root, None)
+
+    def members(self) -> list:
+        return [self.call]
+
+    def reason(self, ctx) -> str | None:
+        """Per-tensor qparams; a rank-0 operand (TFLite's hard-swish and x/6 constants) broadcasts like shape (1,)."""
+        lhs, rhs, lhs_scale, lhs_zp, rhs_scale, rhs_zp, out_scale, out_zp = self.call.args
+        reason = first_reason(check_tensor(lhs, "lhs", min_rank=0), check_tensor(rhs, "rhs", min_rank=0),
+                              check_tensor(self.call, "output"))
+        if reason:
+            return reason
+        out_dtype = dtype_of(self.call)
+        reason = first_reason(
+            check_qparams(lhs_scale, lhs_zp, dtype_of(lhs), "lhs"),
+            check_qparams(rhs_scale, rhs_zp, dtype_of(rhs), "rhs"),
+            check_qparams(out_scale, out_zp, out_dtype, "output"),
+        )
+        if reason is None and self.clip is not None:
+            return check_clip(self.clip, out_dtype)
+        return reason
+
+    def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
+        """As TVM 0.19 canonicalizes them (see refcg_eltwise_ref.c)."""
+        call = self.call
+        _, _, lhs_scale, lhs_zp, rhs_scale, rhs_zp, out_scale, out_zp = call.args
+        a, b = operands(func, srcs, call.args[:2])
+        # the canonical form's requantizes carry no rounding/compute attrs: config and target decide
+        rounding, compute = resolve_mode("None", "None", target)
+        lowering = float_lowering(target)
+        out_scale, out_zp = const_value(out_scale), int(scalar(out_zp))
+        lo, hi = out_range(dst.dtype, self.clip)
+
+        def mode(scale, operand=None) -> str:  # the compute dtype, NEON where TVM-only rounds so
+            index = None if operand is None else param_index(func, operand)
+            if ask is None or (operand is not None and index is None):
+                return compute  # a constant operand: TVM-only folds its requantize on the host
+            return "int64-neon" if q31x4(rounding, compute, scale, out_scale, lambda: ask(index)) else compute
+
+        if op_name(call) == "qnn.mul":
+            product = np.float32(scalar(lhs_scale)) * np.float32(scalar(rhs_scale))  # float32, as mul.cc
+            rq_a = make_requantize(product, out_scale, 0, out_zp, dst.dtype, rounding, mode(product), (lo, hi),
+                                   lowering)
+            rq_b = rq_a
+        else:
+            lhs, rhs = call.args[:2]
+            rq_a = make_requantize(const_value(lhs_scale), out_scale, int(scalar(lhs_zp)), out_zp, "int32",
+                                   rounding, mode(const_value(lhs_scale), lhs), None, lowering)
+            rq_b = make_requantize(const_value(rhs_scale), out_scale, int(scalar(rhs_zp)), out_zp, "int32",
+                                   rounding, mode(const_value(rhs_scale), rhs), None, lowering)
+        params = {
+            "op": OPS[op_name(call)], "ndim": len(dst.shape), "shape": list(dst.shape),
+            "a_stride": broadcast_strides(a.shape, dst.shape), "b_stride": broadcast_strides(b.shape, dst.shape),
+            "a_dtype": DTYPE_CODE[a.dtype], "b_dtype": DTYPE_CODE[b.dtype], "out_dtype": DTYPE_CODE[dst.dtype],
+            "a_zp": int(scalar(lhs_zp)), "b_zp": int(scalar(rhs_zp)), "out_zp": out_zp, "out_min": lo, "out_max": hi,
+        }
+        values = {"params": params, "rq": [rq_a, rq_b], "op": op_name(call)}
+        return Step(name, NAME, [a, b], dst, values, [Call("refcg_binary", ["params"], [a, b], dst)])
+
+
+def parse(body) -> Binary:
+    """The parameter object of a composite's body (at plan time, after the scoped fold)."""
+    return Binary.parse(body)

@@ -1,0 +1,210 @@
+"""refcg.copy: data movement and clamping of one integer tensor (casts, reshape-like ops, transpose,
+layout_transform, strided_slice, nn.pad, nn.depth_to_space, clip, maximum/minimum with a constant):
+nothing is rounded, TVM's result is reproduced (runtime refcg_copy_ref reads the input through a
+strided view of up to 6 axes)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relay
+from tvm.relay.dataflow_pattern import is_constant, is_op, wildcard
+
+from ..errors import RefcgError
+from ..numerics import DTYPE_RANGE
+from .base import (DTYPE_CODE, REQUANTIZE_DTYPES, Call, Step, any_of, check_clip, check_tensor, const_value, dtype_of,
+                   first_reason, op_name, operands, out_range, prod, static_shape)
+
+NAME = "copy"
+NEON_REQUANTIZE = False
+OPS = ("cast", "reshape", "squeeze", "expand_dims", "nn.batch_flatten", "transpose", "layout_transform",
+       "strided_slice", "nn.pad", "nn.depth_to_space", "clip", "maximum", "minimum")
+RESHAPE_OPS = ("reshape", "squeeze", "expand_dims", "nn.batch_flatten")
+CLAMP_OPS = ("maximum", "minimum")
+
+
+def patterns() -> list:
+    """One data-movement or clamp op (maximum/minimum with a constant on either side)."""
+    pattern = any_of([is_op("nn.pad")(wildcard(), is_constant())]
+                     + [is_op(name)(*args) for name in CLAMP_OPS
+                        for args in ((wildcard(), is_constant()), (is_constant(), wildcard()))]
+                     + [is_op(name)(wildcard()) for name in OPS if name not in ("nn.pad", *CLAMP_OPS)])
+    return [(pattern, Copy.parse)]
+
+
+def strided_slice_spec(call) -> tuple[list[int], list[int]] | None:
+    """(begin, step) per input axis of a strided_slice, or None when not static."""
+    attrs = call.attrs
+    shape, out = static_shape(call.args[0]), static_shape(call)
+    if attrs.begin is None or any(not isinstance(b, (int, tvm.tir.IntImm)) for b in attrs.begin):
+        return None
+    rank = len(shape)
+    axes = list(range(rank)) if attrs.axes is None else [int(a) % rank for a in attrs.axes]
+    given = [] if attrs.strides is None else [int(s) for s in attrs.strides]
+    strides = given + [1] * (len(axes) - len(given))  # TVM takes a missing stride as 1
+    begin, step, end = [0] * rank, [1] * rank, list(shape)
+    ends = [] if attrs.end is None else list(attrs.end)
+    for i, axis in enumerate(axes):
+        if i >= len(attrs.begin):
+            break
+        dim, s = shape[axis], strides[i]
+        b = int(attrs.begin[i])
+        begin[axis] = min(max(b + dim if b < 0 else b, 0), dim)
+        if i < len(ends) and isinstance(ends[i], (int, tvm.tir.IntImm)):
+            e = int(ends[i])
+            end[axis] = min(max(e + dim if e < 0 else e, 0), dim)
+        step[axis] = s
+    for axis in range(rank):
+        # this reading of the attributes must give the inferred shape, else TVM reads them differently
+        if step[axis] <= 0 or out[axis] != max(0, -(-(end[axis] - begin[axis]) // step[axis])):
+            return None
+    return begin, step
+
+
+def _strided_slice_reason(call) -> str | None:
+    if str(call.attrs.slice_mode) != "end":
+        return f"strided_slice slice_mode {call.attrs.slice_mode}"
+    attrs = call.attrs
+    if attrs.strides is not None and any(int(s) <= 0 for s in attrs.strides):
+        return "strided_slice with a negative stride"
+    if strided_slice_spec(call) is None:
+        return "strided_slice bounds are not static or not understood"
+    return None
+
+
+def depth_to_space_view(attrs, shape) -> tuple[list[int], list[int]]:
+    """(output shape, input strides) of nn.depth_to_space as six axes: the output's y and x split into
+    (block row, offset) as topi.nn.depth_to_space reads the input channel block_size * offset_y +
+    offset_x (DCR: that block of the output channels; any other mode: inside each output channel)."""
+    layout, bs = str(attrs.layout), int(attrs.block_size)
+    n, c, h, w = (shape[layout.index(axis)] for axis in "NCHW")
+    compact = _compact_strides(shape)
+    s_n, s_c, s_h, s_w = (compact[layout.index(axis)] for axis in "NCHW")
+    out_c = c // (bs * bs)
+    if str(attrs.mode) == "DCR":
+        s_channel, s_iy, s_ix = s_c, out_c * bs * s_c, out_c * s_c
+    else:
+        s_channel, s_iy, s_ix = bs * bs * s_c, bs * s_c, s_c
+    if layout == "NCHW":
+        return [n, out_c, h, bs, w, bs], [s_n, s_channel, s_h, s_iy, s_w, s_ix]
+    return [n, h, bs, w, bs, out_c], [s_n, s_h, s_iy, s_w, s_ix, s_channel]
+
+
+def _compact_strides(shape) -> list[int]:
+    return [prod(shape[k + 1:]) for k in range(len(shape))]
+
+
+@dataclass
+class Copy:
+    call: relay.Call
+    op: str
+    data: relay.Expr  # the tensor operand (maximum/minimum: the non-constant one)
+    bound: relay.Constant | None  # the constant of maximum/minimum
+
+    @classmethod
+    def parse(cls, call) -> "Copy":
+        op, data, bound = op_name(call), call.args[0], None
+        if op in CLAMP_OPS:
+            first_constant = isinstance(call.args[0], relay.Constant)
+            data, bound = (call.args[1], call.args[0]) if first_constant else (call.args[0], call.args[1])
+        return cls(call, op, data, bound)
+
+    def members(self) -> list:
+        return [self.call]
+
+    def reason(self, ctx) -> str | None:
+        call, op, data = self.call, self.op, self.data
+        if isinstance(data, relay.Constant):
+            return f"{op} of a constant (TVM folds it)"
+        reason = first_reason(check_tensor(data, f"{op} input", dtypes=REQUANTIZE_DTYPES, min_rank=0),
+                              check_tensor(call, f"{op} output", dtypes=REQUANTIZE_DTYPES))
+        if reason:
+            return reason
+        if dtype_of(data) != dtype_of(call) and op != "cast":
+            return f"{op} changes dtype"
+        if op == "clip":
+            return check_clip(call, dtype_of(call))
+        if op in CLAMP_OPS:
+            bound = const_value(self.bound)
+            if bound.size != 1 or bound.dtype != np.dtype(dtype_of(data)):
+                return f"{op} operand is not a scalar {dtype_of(data)} constant"
+            return None
+        if op == "layout_transform":
+            src, dst = str(call.attrs.src_layout), str(call.attrs.dst_layout)
+            if sorted(src) != sorted(dst) or not src.isalpha() or not src.isupper():
+                return f"layout_transform {src} -> {dst} is not a permutation of plain axes"
+        if op == "strided_slice":
+            return _strided_slice_reason(call)
+        if op == "nn.depth_to_space" and str(call.attrs.layout) not in ("NCHW", "NHWC"):
+            return f"depth_to_space layout {call.attrs.layout} is not NCHW or NHWC"
+        if op == "nn.pad":
+            value = const_value(call.args[1])
+            lo, hi = DTYPE_RANGE[dtype_of(data)]
+            if str(call.attrs.pad_mode) != "constant":
+                return f"pad mode {call.attrs.pad_mode} is not constant"
+            if value is None or value.size != 1 or not float(value.reshape(-1)[0]).is_integer() or \
+                    not lo <= float(value.reshape(-1)[0]) <= hi:
+                return f"pad value is not a constant integer in the {dtype_of(data)} range"
+            if any(int(w) < 0 for pair in call.attrs.pad_width for w in pair):
+                return "negative pad width"
+        return None
+
+    def view(self, shape) -> dict:
+        """Output shape and the input strides/offset/padding that read it."""
+        call, op = self.call, self.op
+        out = tuple(int(d) for d in call.checked_type.shape)
+        strides = _compact_strides(shape)
+        view = {"out_shape": list(out), "in_stride": strides, "pad_before": [0] * len(out), "in_shape": list(shape),
+                "offset": 0}
+        if op in RESHAPE_OPS or op in ("cast", "clip", *CLAMP_OPS):
+            # compact in and out, same element order: one flat run
+            size = prod(out)
+            return {"out_shape": [size], "in_stride": [1], "pad_before": [0], "in_shape": [size], "offset": 0}
+        if op in ("transpose", "layout_transform"):
+            if op == "transpose":
+                axes = call.attrs.axes
+                order = list(range(len(shape)))[::-1] if axes is None or len(axes) == 0 else \
+                    [int(a) % len(shape) for a in axes]
+            else:
+                src, dst = str(call.attrs.src_layout), str(call.attrs.dst_layout)
+                order = [src.index(axis) for axis in dst]
+            view["in_stride"] = [strides[a] for a in order]
+            view["in_shape"] = [shape[a] for a in order]
+            return view
+        if op == "strided_slice":
+            begin, step = strided_slice_spec(call)
+            view["in_stride"] = [s * k for s, k in zip(strides, step)]
+            view["offset"] = int(sum(b * s for b, s in zip(begin, strides)))
+            view["in_shape"] = list(out)  # every output index reads inside the input (checked)
+            return view
+        if op == "nn.pad":
+            view["pad_before"] = [int(before) for before, _ in call.attrs.pad_width]
+            return view
+        if op == "nn.depth_to_space":
+            out_shape, in_stride = depth_to_space_view(call.attrs, shape)
+            # every output index reads inside the input: no padding bound
+            return {"out_shape": out_shape, "in_stride": in_stride, "pad_before": [0] * 6, "in_shape": out_shape,
+                    "offset": 0}
+        raise RefcgError(op, "copy", "no data-movement plan for this op")
+
+    def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
+        op = self.op
+        lo, hi = DTYPE_RANGE["int32" if op == "cast" else dst.dtype]  # a cast wraps, it does not saturate
+        if op == "clip":
+            lo, hi = out_range(dst.dtype, self.call)
+        elif op == "maximum":
+            lo = max(lo, int(const_value(self.bound).reshape(-1)[0]))
+        elif op == "minimum":
+            hi = min(hi, int(const_value(self.bound).reshape(-1)[0]))
+        src = operands(func, srcs, [self.data])[0]
+        pad_value = int(float(const_value(self.call.args[1]).reshape(-1)[0])) if op == "nn.pad" else 0
+        params = {**self.view(src.shape), "in_dtype": DTYPE_CODE[src.dtype], "out_dtype": DTYPE_CODE[dst.dtype],
+                  "lo": lo, "hi": hi, "pad_value": pad_value}
+        return Step(name, NAME, [src], dst, {"params": params, "ops": op},
+                    [Call("refcg_copy_ref", ["params"], [src], dst)])
+
+
+def parse(body) -> Copy:
+    """The parameter object of a composite's body (at plan time, after the scoped fold)."""
+    return Copy.parse(body)

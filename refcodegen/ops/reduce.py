@@ -1,0 +1,97 @@
+"""refcg.reduce: a sum or mean of an 8-bit tensor computed in int32 (TFLite MEAN, PyTorch's quantized
+adaptive_avg_pool2d), optionally cast back to an integer type (runtime refcg_reduce_ref)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tvm import relay
+from tvm.relay.dataflow_pattern import is_op, wildcard
+
+from ..numerics import DTYPE_RANGE
+from .base import (DTYPE_CODE, INT32_MAX, QUANT_DTYPES, REQUANTIZE_DTYPES, Call, Step, any_of, check_tensor,
+                   dtype_of, first_reason, op_name, prod, static_shape)
+from .pool2d import LAYOUTS
+
+NAME = "reduce"
+NEON_REQUANTIZE = False
+OPS = ("mean", "sum", "nn.adaptive_avg_pool2d", "nn.global_avg_pool2d")
+
+
+def patterns() -> list:
+    """With the cast back, then without."""
+    to_int32 = is_op("cast")(wildcard())
+    reduced = any_of([is_op(name)(to_int32) for name in OPS])
+    return [(is_op("cast")(reduced), Reduce.parse), (reduced, Reduce.parse)]
+
+
+@dataclass
+class Reduce:
+    out_cast: relay.Call | None
+    reduce: relay.Call
+    inner_cast: relay.Call
+    data: relay.Expr
+    out: relay.Expr
+
+    @classmethod
+    def parse(cls, root) -> "Reduce":
+        out_cast = root if op_name(root) == "cast" else None
+        reduce = root.args[0] if out_cast is not None else root
+        inner_cast = reduce.args[0]
+        return cls(out_cast, reduce, inner_cast, inner_cast.args[0], root)
+
+    def members(self) -> list:
+        return [self.reduce]
+
+    def axes(self) -> list[int]:
+        """The input axes the reduction sums over, sorted."""
+        reduce = self.reduce
+        rank = len(static_shape(reduce.args[0]))
+        if op_name(reduce) in ("mean", "sum"):
+            axes = list(range(rank)) if reduce.attrs.axis is None else \
+                sorted(int(a) % rank for a in reduce.attrs.axis)
+            return [a for a in range(rank) if a not in axes] if bool(reduce.attrs.exclude) else axes
+        layout = str(reduce.attrs.layout)
+        return sorted(layout.index(axis) for axis in "HW")
+
+    def reason(self, ctx) -> str | None:
+        reduce, data = self.reduce, self.data
+        reason = first_reason(check_tensor(data, "reduce input", dtypes=QUANT_DTYPES + ("int16",)),
+                              check_tensor(self.out, "reduce output", dtypes=REQUANTIZE_DTYPES, min_rank=0))
+        if reason:
+            return reason
+        if dtype_of(self.inner_cast) != "int32" or dtype_of(reduce) != "int32":
+            return f"{op_name(reduce)} computed in {dtype_of(reduce)}, not int32"
+        if op_name(reduce) in ("nn.adaptive_avg_pool2d", "nn.global_avg_pool2d"):
+            attrs = reduce.attrs
+            if str(attrs.layout) not in LAYOUTS or str(getattr(attrs, "out_layout", "")) not in ("", attrs.layout):
+                return f"pool layout {attrs.layout} is not supported"
+            out_shape = static_shape(reduce)
+            if len(out_shape) != 4 or any(out_shape[str(attrs.layout).index(a)] != 1 for a in "HW"):
+                return f"{op_name(reduce)} output {out_shape} is not 1x1"
+        axes = self.axes()
+        if not axes or axes != list(range(axes[0], axes[-1] + 1)):
+            return f"reduction over axes {axes}, not one contiguous run"
+        shape = static_shape(data)
+        count = math.prod(shape[a] for a in axes)
+        lo, hi = DTYPE_RANGE[dtype_of(data)]
+        if count * max(abs(lo), hi) > INT32_MAX:
+            return f"int32 sum over {count} elements can overflow"
+        return None
+
+    def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
+        """Over one contiguous run of axes: the input viewed as [outer][reduce][inner]."""
+        shape, axes = srcs[0].shape, self.axes()
+        params = {
+            "outer": prod(shape[:axes[0]]), "reduce": prod(shape[axes[0]:axes[-1] + 1]),
+            "inner": prod(shape[axes[-1] + 1:]), "is_mean": int(op_name(self.reduce) != "sum"),
+            "in_dtype": DTYPE_CODE[srcs[0].dtype], "out_dtype": DTYPE_CODE[dst.dtype],
+        }
+        ops = " -> ".join(op_name(c) for c in (self.inner_cast, self.reduce, self.out_cast) if c is not None)
+        return Step(name, NAME, srcs[:1], dst, {"params": params, "ops": ops},
+                    [Call("refcg_reduce_ref", ["params"], srcs[:1], dst)])
+
+
+def parse(body) -> Reduce:
+    """The parameter object of a composite's body (at plan time, after the scoped fold)."""
+    return Reduce.parse(body)
