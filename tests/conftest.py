@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
+# examples/ (the example models: not in the wheel) comes from this checkout. Appended, not put first
+# (as pytest's `pythonpath` option and PYTHONPATH do): `make test` imports the installed refcodegen,
+# which a checkout first on sys.path would shadow.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
