@@ -34,7 +34,7 @@ def test_resources_resolve_where_the_package_is():
     assert all(path.is_file() for path in core_files())
 
 
-# The shipped entry points import, and a qnn.dense + requantize offloads, compiles, exports and runs, in a
+# Every module of the package imports, and a qnn.dense + requantize offloads, compiles, exports and runs, in a
 # process where cffi and the example models cannot be imported (None in sys.modules: import raises).
 WITHOUT_CFFI = """
 import sys
@@ -42,7 +42,10 @@ sys.modules["cffi"] = sys.modules["examples"] = None
 import numpy as np
 import tvm
 from tvm import relay
-import refcodegen.cli, refcodegen.tvmc
+import importlib, pkgutil
+import refcodegen
+for module in pkgutil.walk_packages(refcodegen.__path__, "refcodegen."):
+    importlib.import_module(module.name)
 from refcodegen import objcache, partition_for_refcg
 from refcodegen.partition import refcg_functions
 from refcodegen.runner import load, run
