@@ -1,2 +1,2 @@
-"""Developer tools (demo, bench, fuzz): not shipped. Run from the repository root as modules,
+"""Developer tools (demo, bench): not shipped. Run from the repository root as modules,
 ``python -m tools.demo``, so that ``examples`` (the example models) and ``refcodegen`` import from the checkout."""
