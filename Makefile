@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.refcg-installed
-SOURCES := pyproject.toml $(wildcard refcodegen/*.py templates/* runtime/* runtime/include/*)
+SOURCES := pyproject.toml $(wildcard refcodegen/*.py refcodegen/ops/*.py templates/* runtime/* runtime/include/*)
 export TOPHUB_LOCATION := NONE
 
 .PHONY: demo test test-networks test-arm bench fuzz fuzz-arm fuzz-large install clean
