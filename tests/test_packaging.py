@@ -1,29 +1,33 @@
 """The wheel ships the compiler only (refcodegen/ with its templates and C core), and the compiler
 needs neither cffi nor the example models."""
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
-from refcodegen.resources import core_files, core_sources, templates_dir
+from refcodegen.resources import core_files, core_header, core_sources, runtime_dir, templates_dir
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_wheel_ships_the_compiler_only(tmp_path):
+    # built from a copy: setuptools builds in the source tree, and a build/ left from an older tree
+    # (modules since moved or removed) would ship its stale files
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path), str(REPO)], check=True, cwd=tmp_path)
+                    str(tmp_path), str(source)], check=True, cwd=tmp_path)
     (wheel,) = tmp_path.glob("refcodegen-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for template in (REPO / "templates").glob("*.j2"):
         assert f"refcodegen/templates/{template.name}" in names
-    runtime = REPO / "runtime"
-    assert len(core_sources()) >= 10 and (runtime / "include" / "refcg.h") in core_files()
+    assert len(core_sources()) >= 10 and core_header() in core_files()
     for path in core_files():
-        assert f"refcodegen/runtime/{path.relative_to(runtime).as_posix()}" in names
-    # every module of the package (a subpackage missing from pyproject's list would be left out) ...
+        assert f"refcodegen/runtime/{path.relative_to(runtime_dir()).as_posix()}" in names
+    # the package's modules, all of them (a subpackage missing from pyproject's list would be left out) ...
     modules = {path.relative_to(REPO).as_posix() for path in (REPO / "refcodegen").rglob("*.py")}
-    assert modules <= names, sorted(modules - names)
+    assert {name for name in names if name.endswith(".py")} == modules
     # ... and nothing else: no examples/, tests/ or tools/
     metadata = wheel.name.split("-py")[0] + ".dist-info/"
     assert not [name for name in names if not name.startswith(("refcodegen/", metadata))], sorted(names)
