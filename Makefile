@@ -3,15 +3,18 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.refcg-installed
-SOURCES := pyproject.toml $(wildcard refcodegen/*.py templates/* runtime/* runtime/include/*)
+SOURCES := pyproject.toml $(wildcard refcodegen/*.py refcodegen/ops/*.py templates/* runtime/* runtime/include/*)
 export TOPHUB_LOCATION := NONE
 
 .PHONY: demo test test-networks test-arm bench fuzz fuzz-arm fuzz-large install clean
 
+# tools/ run from the repository root as modules: examples/ (the example models, not in the wheel)
+# imports from the checkout
 demo: $(STAMP)
-	$(BIN)/python tools/demo.py
+	$(BIN)/python -m tools.demo
 
-# tests run against the installed package (no source tree on sys.path)
+# tests run against the installed package (no source tree first on sys.path; conftest.py appends the
+# checkout for examples/)
 test: $(STAMP)
 	$(ARM_SETUP) || [ $$? -eq $(ARM_UNAVAILABLE) ]
 	cd tests && ../$(BIN)/python -c "import refcodegen as r; assert 'site-packages' in r.__file__, r.__file__"
@@ -40,7 +43,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $@
 
 bench: $(BENCH_STAMP)
-	$(BIN)/python tools/bench.py
+	$(BIN)/python -m tools.bench
 
 # Random QNN chains against TVM-only, 20 per build, one process per core (tests/fuzzing;
 # e.g. FUZZ_ARGS="--cases 2000 --seed 3 --jobs 2"); fuzz-arm: the same for aarch64 (+neon,+dotprod on

@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
+# examples/ (the example models: not in the wheel) comes from this checkout. Appended, not put first
+# (as pytest's `pythonpath` option and PYTHONPATH do): `make test` imports the installed refcodegen,
+# which a checkout first on sys.path would shadow.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -11,7 +17,7 @@ import tvm  # noqa: E402
 from tvm import relay  # noqa: E402
 
 import refcodegen  # noqa: E402,F401  registers relay.ext.refcg
-from refcodegen import objcache, partition_for_refcg  # noqa: E402
+from refcodegen import objcache, offload_report, partition_for_refcg  # noqa: E402
 from refcodegen.partition import refcg_functions  # noqa: E402
 from refcodegen.runner import degenerate, load, run  # noqa: E402,F401  (tests import run from here)
 
@@ -34,8 +40,10 @@ def compare_with_tvm(mod, inputs: dict, tmp_path, target=TARGET_LLVM, params=Non
     """Build ``mod`` TVM-only and with refcg for ``target``; assert bit-exact outputs.
 
     Returns the partitioned module so callers can inspect it; the refcg outputs are appended
-    to ``outputs`` when given (to compare them with another runtime).
+    to ``outputs`` when given (to compare them with another runtime). A module refcg should leave
+    alone goes to ``stays_in_tvm`` instead (no build needed).
     """
+    assert expect_partitions != 0, "expecting no partition: stays_in_tvm(mod, op) checks it without building"
     reference = run(build_and_load(mod, target, tmp_path, "tvm_only", params), inputs)
     partitioned = partition_for_refcg(mod, params, **partition_options)
     found = len(refcg_functions(partitioned))
@@ -53,6 +61,23 @@ def compare_with_tvm(mod, inputs: dict, tmp_path, target=TARGET_LLVM, params=Non
     if outputs is not None:
         outputs.extend(actual)
     return partitioned
+
+
+def stays_in_tvm(mod, op: str, **partition_options) -> str:
+    """Partition ``mod``; assert refcg offloaded nothing and left the graph as it was given; return the
+    offload report's line for ``op`` (type and reason), which must be there.
+
+    Nothing is built: relay.build then gets the very graph TVM-only builds, so building and comparing
+    both (compare_with_tvm) would compile the same graph twice.
+    """
+    partitioned = partition_for_refcg(mod, **partition_options)
+    report = str(offload_report(partitioned))
+    assert not refcg_functions(partitioned), f"offloaded:\n{report}"
+    given = relay.transform.InferType()(mod)["main"]
+    assert tvm.ir.structural_equal(partitioned["main"], given), f"refcg rewrote the graph it left to TVM:\n{partitioned}"
+    lines = [line for line in report.splitlines() if f" {op} " in line]
+    assert lines, report
+    return lines[0]
 
 
 def assert_not_degenerate(outputs: list):

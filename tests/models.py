@@ -4,7 +4,7 @@ from __future__ import annotations
 import tvm
 from tvm import relay
 
-from refcodegen.networks import qconv as qconv_block  # noqa: F401  one conv-block builder for all
+from examples.networks import qconv as qconv_block  # noqa: F401  one conv-block builder for all
 
 
 def nchw_or_nhwc(layout: str, n: int, c: int, h: int, w: int) -> tuple[int, ...]:

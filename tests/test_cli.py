@@ -6,7 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from refcodegen import RefcgError, cli, codegen, onnx_models
+from examples import onnx_models
+from refcodegen import RefcgError, cli, codegen
 
 
 @pytest.fixture(scope="module")

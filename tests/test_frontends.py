@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import assert_not_degenerate, compare_with_tvm
-from refcodegen import RefcgError, offload_report, onnx_models, partition_for_refcg, runner, torch_models
+from examples import onnx_models, torch_models
+from refcodegen import RefcgError, offload_report, partition_for_refcg, runner
 from refcodegen.partition import refcg_functions
 from refcodegen.frontends import load_model, parse_shape
 
@@ -143,9 +144,9 @@ def test_triton_cannot_crash_a_process_that_loaded_tvm(tmp_path):
     pytest.importorskip("torch")
     (tmp_path / "triton").mkdir()
     (tmp_path / "triton" / "__init__.py").write_text("import os\nos.abort()  # as triton after TVM does\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}  # sys.path: examples/ too
     assert subprocess.run([sys.executable, "-c", "import triton"], env=env).returncode != 0  # it does abort
-    code = ("import sys, refcodegen; from refcodegen.torch_models import import_torchvision; "
+    code = ("import sys, refcodegen; from examples.torch_models import import_torchvision; "
             "import_torchvision(); import torch._dynamo; assert sys.modules['triton'] is None")
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -3,7 +3,7 @@
 Each model: refcg vs TVM-only bit-exact, partitions and offload checked, and the difference to
 LiteRT (XNNPACK, 1 thread) printed: max |diff| in LSB and top-1 agreement (run with -s to see it;
 LiteRT requantizes differently from TVM, so it is reported, not asserted). Models are made by
-``refcodegen.tflite_models`` in a child process and cached (REFCG_CACHE); reduced sizes: 32x32
+``examples.tflite_models`` in a child process and cached (REFCG_CACHE); reduced sizes: 32x32
 inputs, MobileNetV2 alpha 0.35 cut after its third block (``block_2_add``).
 """
 import importlib.util
@@ -20,7 +20,7 @@ MISSING = [m for m in ("tflite", "tensorflow", "ai_edge_litert") if importlib.ut
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} not installed: the tflite and "
                                 "tflite-models extras (make test installs them)")
 
-from refcodegen import tflite_models  # noqa: E402  (imports no TensorFlow: conversion runs in a child)
+from examples import tflite_models  # noqa: E402  (imports no TensorFlow: conversion runs in a child)
 
 
 def check(tmp_path, name, partitions, **options):

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import compare_with_tvm
-from refcodegen import offload_report, runner, torch_models
+from examples import torch_models
+from refcodegen import offload_report, runner
 from refcodegen.frontends import load_model
 
 # Inception-v3 at 139x139 instead of 299x299: the same ops and kernel shapes (1x7/7x1 and 1x3/3x1 convs

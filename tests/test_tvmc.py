@@ -22,7 +22,7 @@ def test_tvmc_compile_and_run(tmp_path):
     missing = [m for m in ("tflite", "tensorflow") if importlib.util.find_spec(m) is None]
     if missing:  # find_spec, not import: TensorFlow must stay out of this process
         pytest.skip(f"{', '.join(missing)} not installed: the tflite and tflite-models extras (make test installs them)")
-    from refcodegen import tflite_models
+    from examples import tflite_models
 
     path = tflite_models.make_tflite("small_cnn")
     model = load_model(path)
@@ -55,7 +55,7 @@ def test_module_entry_point():
 def test_tvmc_onnx_qdq(tmp_path):
     """An ONNX QDQ model through tvmc: FakeQuantizationToInteger chosen by itself, refcg partitions built."""
     pytest.importorskip("onnx", reason="the onnx extra (make test installs it)")
-    from refcodegen import onnx_models
+    from examples import onnx_models
 
     path = onnx_models.quantize(onnx_models.MODELS["mlp"](), str(tmp_path / "mlp.onnx"))
     assert tvmc.is_qdq(load_model(path).mod)

@@ -9,7 +9,7 @@ every runner for a batch of iterations in turn; the table shows the best round's
 iteration. With 1 thread every runner (TVM's pool of one, ORT intra_op=1, refcg) computes on
 the calling thread and the clock is that thread's CPU time, which other processes on a shared
 machine do not inflate; with 2 threads it is the wall clock (the load average is printed).
-Usage: python tools/bench.py [--only NAME ...] [--threads 1 2] [--rounds 7] [--json PATH]
+Usage, from the repository root: python -m tools.bench [--only NAME ...] [--threads 1 2] [--rounds 7] [--json PATH]
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 # (it assumes hyper-threading): on a 2-vCPU VM that is ONE thread, and config_threadpool cannot
 # raise it later. So the pool gets every CPU here and set_threads() narrows it per measurement.
 os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count()))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
 
 import numpy as np  # noqa: E402
 
@@ -113,7 +113,7 @@ def measure_peaks() -> dict:
 def _conv(name: str):
     from tvm import relay
 
-    from refcodegen.networks import qconv
+    from examples.networks import qconv
 
     rng = np.random.default_rng(6)
     depthwise = name == "dw3x3_32x112"
@@ -140,7 +140,7 @@ def _dense(name: str):
 
 
 def _network(name: str):
-    from refcodegen import networks
+    from examples import networks
 
     build = {"resnet18_style": networks.resnet18_style, "mobilenetv2_style": networks.mobilenetv2_style}[name]
     mod, _, _, _ = build(size=224, layout="NCHW")
@@ -212,8 +212,8 @@ def build_child(name: str, target: str, path: str, refcg: bool) -> None:
 
 
 def build_in_child(name: str, target: str, path: str, refcg: bool = False) -> tuple[bool, str]:
-    cmd = [sys.executable, __file__, "--build-child", name, target, path, "1" if refcg else "0"]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    cmd = [sys.executable, "-m", "tools.bench", "--build-child", name, target, path, "1" if refcg else "0"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=REPO)
     if result.returncode == 0:
         return True, ""
     if result.returncode == -4:
@@ -289,7 +289,7 @@ def onnx_model(name: str, mod, path: str) -> str | None:
 
 
 def _onnx_network(name: str, path: str) -> str:
-    from refcodegen.onnx_models import _Graph, quantize
+    from examples.onnx_models import _Graph, quantize
 
     g = _Graph(5)
     if name == "resnet18_style":

@@ -3,7 +3,8 @@
 The float model is built in code (fixed seed), quantized by ONNX Runtime's ``quantize_static``
 (QDQ, per-channel int8 weights, int8 activations), imported with TVM's ONNX frontend, then
 built TVM-only and with refcg. Prints the offload report, the max differences and the speedup;
-exits 1 unless refcg matches TVM-only bit for bit.
+exits 1 unless refcg matches TVM-only bit for bit. Run from the repository root:
+``python -m tools.demo [--size 96] [--save m.onnx]``.
 """
 import argparse
 import logging
@@ -14,7 +15,8 @@ import tempfile
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 os.environ.setdefault("TVM_NUM_THREADS", "1")  # one core each, like ONNX Runtime below
 
-from refcodegen import cli, onnx_models, runner  # noqa: E402
+from examples import onnx_models  # noqa: E402
+from refcodegen import cli, runner  # noqa: E402
 from refcodegen.frontends import load_model  # noqa: E402
 
 

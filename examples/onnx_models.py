@@ -2,7 +2,7 @@
 
 Float ONNX graphs (MobileNetV2-style, ResNet-18-style, an MLP block) are written with
 ``onnx.helper`` and quantized by ONNX Runtime's own ``quantize_static``, the way users
-produce them. Used by the tests, ``refcg`` and ``make demo``. Needs the ``onnx`` extra.
+produce them. Used by the tests, the bench and ``make demo``. Needs the ``onnx`` extra.
 """
 from __future__ import annotations
 
