@@ -91,6 +91,7 @@ def test_chains_around_an_unbuildable_one_are_compared_from_the_parts_built(tmp_
 # taken in double, then made float32), so TVM-only computes round(x * float32(1 / scale)): here
 # 17.496006 * 2.1433... = 37.5 -> 38, while refcg's refcg_quantize_ref divides, x / scale = 37.499996
 # -> 37. A per-axis scale is a tensor, not a constant TIR folds, so TVM divides there (as refcg does).
+# Fixed: refcg multiplies by that reciprocal for a rank-0 scale (ops/quantize.quantize_divisor).
 def test_per_tensor_quantize_rounds_like_tvm_multiplying_by_the_reciprocal(tmp_path):
     x = relay.var("x", shape=(3,), dtype="float32")
     y = relay.qnn.op.quantize(x, const(0.4665601849555969), const(0, "int32"), out_dtype="uint8")
