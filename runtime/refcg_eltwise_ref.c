@@ -4,7 +4,6 @@
  * Each follows TVM 0.19's canonical form (src/relay/qnn/op/{add,subtract,mul}.cc):
  * int32 arithmetic written through unsigned types so it wraps like TVM's.
  */
-#include <math.h>
 #include "refcg_internal.h"
 
 static inline int32_t refcg_binary_one(const refcg_binary_params* p, int32_t x, int32_t y) {
@@ -58,16 +57,12 @@ REFCG_API int refcg_requantize_ref(const refcg_requantize_params* p, const void*
 
 REFCG_API int refcg_quantize_ref(const refcg_quantize_params* p, const float* input, void* output) {
   if (p->outer < 0 || p->channels < 0 || p->inner < 0) return -1;
-  const float lo = p->quant_dtype == REFCG_U8 ? 0.0f : -128.0f, hi = p->quant_dtype == REFCG_U8 ? 255.0f : 127.0f;
   int64_t i = 0;
   for (int64_t o = 0; o < p->outer; ++o) {
     for (int64_t c = 0; c < p->channels; ++c) {
-      const float scale = p->scale[c], zp = (float)p->zero_point[c];
-      for (int64_t end = i + p->inner; i < end; ++i) {
-        float v = roundf(input[i] / scale) + zp; /* roundf: half away from zero, like llvm.round */
-        v = v < lo ? lo : (v > hi ? hi : v);
-        refcg_store(output, i, p->quant_dtype, (int32_t)v);
-      }
+      for (int64_t end = i + p->inner; i < end; ++i)
+        refcg_store(output, i, p->quant_dtype,
+                    refcg_quantize_one(input[i], p->scale[c], p->multiply, p->zero_point[c], p->quant_dtype));
     }
   }
   return 0;

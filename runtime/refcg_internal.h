@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include <math.h>
 #include "refcg.h"
 
 /* Symbols shared between the core's files, never exported from a library that holds it. */
@@ -36,6 +37,17 @@ static inline void refcg_store(void* base, int64_t i, int32_t dtype, int32_t v) 
 
 static inline int32_t refcg_clamp(int32_t v, int32_t lo, int32_t hi) {
   return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* One qnn.quantize value as TVM 0.19 computes it: clip(round(x / scale) + zp) in float32, then the
+ * cast. ``multiply``: ``scale`` holds float32(1.0 / scale) and x is multiplied by it, as TVM's TIR
+ * simplifier rewrites x / c for an immediate c (refcg_quantize_params). roundf: half away from zero,
+ * like llvm.round. */
+static inline int32_t refcg_quantize_one(float x, float scale, int32_t multiply, int32_t zp, int32_t dtype) {
+  const float lo = dtype == REFCG_U8 ? 0.0f : -128.0f, hi = dtype == REFCG_U8 ? 255.0f : 127.0f;
+  float v = roundf(multiply ? x * scale : x / scale) + (float)zp;
+  v = v < lo ? lo : (v > hi ? hi : v);
+  return (int32_t)v;
 }
 
 #endif /* REFCG_INTERNAL_H_ */

@@ -67,7 +67,6 @@ static inline float refcg_float_softmax_load(const refcg_float_softmax_params* p
  * twice per element instead of keeping a float row in scratch. */
 REFCG_API int refcg_float_softmax_ref(const refcg_float_softmax_params* p, const void* input, void* output) {
   if (p->rows < 0 || p->axis < 1) return -1;
-  const float lo = p->out_dtype == REFCG_U8 ? 0.0f : -128.0f, hi = p->out_dtype == REFCG_U8 ? 255.0f : 127.0f;
   for (int64_t r = 0; r < p->rows; ++r) {
     const void* row = (const uint8_t*)input + r * p->axis; /* 8-bit elements */
     float max = refcg_float_softmax_load(p, row, 0);
@@ -79,9 +78,8 @@ REFCG_API int refcg_float_softmax_ref(const refcg_float_softmax_params* p, const
     for (int64_t k = 0; k < p->axis; ++k) sum += expf(refcg_float_softmax_load(p, row, k) - max);
     for (int64_t k = 0; k < p->axis; ++k) {
       const float y = expf(refcg_float_softmax_load(p, row, k) - max) / sum;
-      float v = roundf(y / p->output_scale) + (float)p->output_zp;
-      v = v < lo ? lo : (v > hi ? hi : v);
-      refcg_store(output, r * p->axis + k, p->out_dtype, (int32_t)v);
+      refcg_store(output, r * p->axis + k, p->out_dtype,
+                  refcg_quantize_one(y, p->output_scale, p->output_multiply, p->output_zp, p->out_dtype));
     }
   }
   return 0;

@@ -91,8 +91,7 @@ def test_chains_around_an_unbuildable_one_are_compared_from_the_parts_built(tmp_
 # taken in double, then made float32), so TVM-only computes round(x * float32(1 / scale)): here
 # 17.496006 * 2.1433... = 37.5 -> 38, while refcg's refcg_quantize_ref divides, x / scale = 37.499996
 # -> 37. A per-axis scale is a tensor, not a constant TIR folds, so TVM divides there (as refcg does).
-@pytest.mark.xfail(strict=True, reason="refcg divides by a per-tensor quantize scale; TVM-only multiplies by "
-                                       "its float32 reciprocal (arith/rewrite_simplify.cc:775-780)")
+# Fixed: refcg multiplies by that reciprocal for a rank-0 scale (ops/quantize.quantize_divisor).
 def test_per_tensor_quantize_rounds_like_tvm_multiplying_by_the_reciprocal(tmp_path):
     x = relay.var("x", shape=(3,), dtype="float32")
     y = relay.qnn.op.quantize(x, const(0.4665601849555969), const(0, "int32"), out_dtype="uint8")
@@ -190,8 +189,47 @@ CAST_INTO_DEQUANTIZE = dict(
         {"op": "copy", "kind": "cast", "dtype": "uint8"}, {"op": "dequantize", "axis": -1, "per_axis": True}])
 
 
-@pytest.mark.xfail(strict=True, reason="TVM-only folds a cast int8 -> uint8 into the next cast (no wrap); "
-                                       "refcg's refcg.copy wraps (simplify_expr.cc:112-156)")
+# The fix: such a cast (base.folded_cast) and any composite reading it stay in TVM, which folds them
+# as TVM-only does.
+FOLDED = "SimplifyConsecutiveCast drops it before a following cast"
+READS_FOLDED = "reads a cast int8 -> uint8 that TVM's SimplifyConsecutiveCast folds"
+
+
 def test_cast_to_unsigned_before_a_dequantize_matches_tvm(tmp_path):
     result = check_batch([ChainSpec(**CAST_INTO_DEQUANTIZE)], "llvm", tmp_path)
     assert result["cases"] == 1 and not result["mismatches"], result["mismatches"]
+    stayed = {op: reason for op, _, reason in result["stayed"]}
+    assert FOLDED in stayed["cast"] and READS_FOLDED in stayed["qnn.dequantize"], stayed
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "float32"])
+def test_cast_to_unsigned_and_its_consumers_stay_in_tvm(tmp_path, rng, numerics):
+    """cast int8 -> uint8 read by qnn.add, cast(int32), qnn.conv2d and qnn.dequantize: the casts and
+    those consumers stay in TVM (reasons naming SimplifyConsecutiveCast), what follows is offloaded,
+    bit-exact with TVM-only on every int8 value."""
+    every = np.arange(-128, 128).astype("int8")  # 1x4x8x8: every int8 value once
+    xs = [relay.var(f"x{i}", shape=(1, 4, 8, 8), dtype="int8") for i in range(4)]
+    inputs = {x.name_hint: rng.permutation(every).reshape(1, 4, 8, 8) for x in xs}
+    other = relay.var("other", shape=(1, 4, 8, 8), dtype="uint8")
+    inputs["other"] = rng.integers(0, 256, (1, 4, 8, 8)).astype("uint8")
+    casts = [relay.cast(x, "uint8") for x in xs]
+    added = relay.qnn.op.add(casts[0], other, const(0.05), const(128, "int32"), const(0.04), const(120, "int32"),
+                             const(0.1), const(128, "int32"))
+    wide = relay.cast(casts[1], "int32")
+    weight = relay.const(rng.integers(-127, 128, (8, 4, 3, 3)).astype("int8"))
+    conv = relay.qnn.op.conv2d(casts[2], weight, const(128, "int32"), const(0, "int32"), const(0.05), const(0.01),
+                               kernel_size=(3, 3), channels=8, padding=(1, 1))
+    outputs = [relay.qnn.op.requantize(added, const(0.1), const(128, "int32"), const(0.07), const(3, "int32"),
+                                       out_dtype="int8"),
+               relay.clip(relay.add(wide, const(5, "int32")), -100, 300),
+               relay.qnn.op.requantize(conv, const(0.0005), const(0, "int32"), const(0.05), const(0, "int32"),
+                                       out_dtype="int8"),
+               relay.reinterpret(relay.qnn.op.dequantize(casts[3], const([0.1, 0.2, 0.3, 0.4]),
+                                                         const(128, "int32"), axis=1), "int32")]
+    partitioned = compare(module([*xs, other], relay.Tuple(outputs)), inputs, tmp_path, numerics)
+    report = offload_report(partitioned)
+    stayed = [(op, reason) for op, _, reason in report.stayed]
+    assert sum(op == "cast" and FOLDED in reason for op, reason in stayed) == 4, str(report)
+    for op in ("qnn.add", "cast", "qnn.conv2d", "qnn.dequantize"):
+        assert any(o == op and READS_FOLDED in reason for o, reason in stayed), (op, str(report))
+    assert report.offloaded_ops["qnn.requantize"] == 2, str(report)

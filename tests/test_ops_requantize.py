@@ -187,3 +187,40 @@ def test_quantize_after_float_arithmetic(tmp_path, rng, numerics):
     q = relay.qnn.op.quantize(y, const([0.05, 0.11, 0.3, 0.021]), const([1, 0, -3, 7], "int32"), axis=1)
     partitioned = compare(module(cases.params, q), cases.inputs, tmp_path, numerics)
     assert offload_report(partitioned).offloaded_ops["qnn.quantize"] == 1
+
+
+def round_away(q):
+    return np.sign(q) * np.floor(np.abs(q.astype("float64")) + 0.5)
+
+
+def reciprocal_ties(scale: float, size: int) -> np.ndarray:
+    """float32 values within 2 ulp of (k + 0.5) * scale, where round(x / scale) and
+    round(x * float32(1 / scale)) can differ."""
+    ties = (np.arange(size) % 200 - 100 + 0.5).astype("float32") * np.float32(scale)
+    steps = (np.arange(size) // 200 % 5 - 2).astype("int32")  # -2..2 ulp, each over all k
+    return (ties.view("int32") + steps).view("float32")
+
+
+# Scales whose float32 reciprocal is not exact: TVM multiplies by it for a rank-0 scale (an immediate
+# its TIR simplifier rewrites x / c for), divides by a tensor scale.
+RECIPROCAL_SCALES = [0.46656, 1 / 3, 0.0123, 0.4665601849555969]
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "float32"])
+def test_quantize_divides_or_multiplies_by_the_reciprocal_like_tvm(tmp_path, numerics):
+    """Per tensor (rank-0 scale: x * float32(1 / scale)), per axis and a (1,) scale on an axis of 1
+    (a tensor: x / scale), int8 and uint8, on values where the two round differently."""
+    cases = Cases()
+    for i, scale in enumerate(RECIPROCAL_SCALES):
+        dtype, zp = ("int8", 0) if i % 2 else ("uint8", 128)
+        data = reciprocal_ties(scale, 2000)
+        s, r = np.float32(scale), np.float32(1 / np.float64(np.float32(scale)))
+        assert (round_away(data / s) != round_away(data * r)).sum() >= 8  # the inputs tell the two apart
+        x = relay.var(f"v{len(cases.inputs)}", shape=(4, 1, 500), dtype="float32")
+        cases.params.append(x)
+        cases.inputs[x.name_hint] = data.reshape(4, 1, 500)
+        cases.add(relay.qnn.op.quantize(x, const(scale), const(zp, "int32"), out_dtype=dtype))
+        cases.add(relay.qnn.op.quantize(x, const([scale]), const([zp], "int32"), axis=1, out_dtype=dtype))
+        per_axis = [scale, 0.37, scale, 1.1]  # the ties are scale's: channels 0 and 2 tell the two apart
+        cases.add(relay.qnn.op.quantize(x, const(per_axis), const([zp] * 4, "int32"), axis=0, out_dtype=dtype))
+    cases.compare(tmp_path, numerics)

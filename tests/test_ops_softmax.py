@@ -93,3 +93,27 @@ def test_softmax_not_over_the_last_axis_or_not_for_x86_stays_in_tvm():
     assert "x86 llvm targets only" in stay_reason(module([x], y), "nn.softmax", target=arm)
     y = relay.qnn.op.softmax(x, *qparams(0.1, 0), *qparams(1 / 256, -128))
     assert "x86 llvm targets only" in stay_reason(module([x], y), "qnn.softmax", target=arm)
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "float32"])
+def test_float_softmax_quantizes_by_the_reciprocal_like_tvm(tmp_path, rng, numerics):
+    """TVM-only's quantize after the float softmax multiplies by float32(1 / scale) (a rank-0 scale: an
+    immediate its TIR simplifier rewrites x / c for). Rows with m equal maxima, the rest underflowing
+    (input scale 1), give y = 1/m exactly where y / scale and y * (1 / scale) round differently."""
+    params, inputs, outputs = [], {}, []
+    for m, out_dtype, (scale, zp) in ((170, "uint8", (1 / 255, 0)), (170, "int8", (1 / 255, -128)),
+                                      (160, "int8", (0.0005, -128))):
+        y, s = np.float32(1) / np.float32(m), np.float32(scale)
+        r = np.float32(1 / np.float64(s))
+        assert np.floor(np.float64(y / s) + 0.5) != np.floor(np.float64(y * r) + 0.5)  # round half away
+        data = random_int(rng, (4, 1000), "int8")
+        data[:2] = -128
+        data[0, :m] = data[1, -m:] = 127
+        x = relay.var(f"x{len(params)}", shape=data.shape, dtype="int8")
+        params.append(x)
+        inputs[x.name_hint] = data
+        y = relay.nn.softmax(relay.qnn.op.dequantize(x, *qparams(1.0, 0)))
+        outputs.append(as_int8(relay.qnn.op.quantize(y, *qparams(scale, zp), out_dtype=out_dtype), out_dtype))
+    partitioned = compare(module(params, join(outputs)), inputs, tmp_path, numerics, expect_partitions=1)
+    report = offload_report(partitioned)
+    assert [c for kernels in report.partitions.values() for c, _ in kernels].count("refcg.float_softmax") == 3

@@ -19,7 +19,7 @@ from tvm.relay.op.contrib.register import register_pattern_table
 from ..consumers import DequantizeUses
 from . import (binary, concatenate, conv2d, copy, dense, float_softmax, lut, pool2d, quantize, reduce, requantize,
                softmax)
-from .base import op_name
+from .base import folded_cast_input_reason, op_name
 
 COMPILER = "refcg"
 
@@ -71,14 +71,15 @@ class CheckContext:
     rejections: Rejections = field(default_factory=Rejections)
 
 
-def _predicate(parse, ctx: CheckContext):
+def _predicate(pattern, parse, ctx: CheckContext):
     """The check MergeComposite calls: records why a match is rejected. The one place a check's
-    exception is caught: it rejects the match (the op stays in TVM) instead of aborting partitioning."""
+    exception is caught: it rejects the match (the op stays in TVM) instead of aborting partitioning.
+    Common to every family: no composite reads a cast TVM-only folds away (base.folded_cast)."""
     def check(expr) -> bool:
         params = None
         try:
             params = parse(expr)
-            reason = params.reason(ctx)
+            reason = folded_cast_input_reason(pattern, expr) or params.reason(ctx)
         except Exception as err:  # noqa: BLE001  any bug in a check must leave the op in TVM
             text = str(err).strip().splitlines()
             last = text[-1][:200] if text else ""
@@ -99,7 +100,7 @@ def pattern_table(ctx: CheckContext | None = None) -> list:
     lists several patterns because MergeComposite does not retry a shorter match at the same ops
     when a check rejects the longer one (e.g. conv without an out-of-range clip)."""
     ctx = ctx or CheckContext()
-    return [(composite_name(family), pattern, _predicate(parse, ctx))
+    return [(composite_name(family), pattern, _predicate(pattern, parse, ctx))
             for family in FAMILIES for pattern, parse in family.patterns()]
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import tvm
 from tvm import relay
-from tvm.relay.dataflow_pattern import is_constant, is_op, wildcard
+from tvm.relay.dataflow_pattern import AltPattern, CallPattern, TuplePattern, WildcardPattern, is_constant, is_op, wildcard
 
 from ..errors import RefcgError
 from ..numerics import DTYPE_RANGE
@@ -185,6 +185,48 @@ def constant_subgraph(depth: int = 3):
 
 def dequantized():
     return is_op("qnn.dequantize")(wildcard(), *constants(2))
+
+
+def bound_inputs(pattern, expr) -> list:
+    """The expressions a match of ``pattern`` at ``expr`` binds to wildcards: the composite's
+    inputs, as ``pattern.partition(expr)`` would pass them (alternatives tried in order)."""
+    if isinstance(pattern, WildcardPattern):
+        return [expr]
+    if isinstance(pattern, AltPattern):
+        return bound_inputs(pattern.left if pattern.left.match(expr) else pattern.right, expr)
+    pairs = zip(pattern.args, expr.args) if isinstance(pattern, CallPattern) else \
+        zip(pattern.fields, expr.fields) if isinstance(pattern, TuplePattern) else ()
+    return [bound for p, e in pairs for bound in bound_inputs(p, e)]
+
+
+# ---- TVM's SimplifyConsecutiveCast ----
+
+def cast_wraps_when_folded(src: str, dst: str) -> bool:
+    """Whether TVM 0.19's SimplifyConsecutiveCast (src/relay/transforms/simplify_expr.cc:112-156)
+    drops a cast src -> dst that wraps: cast(cast(x, dst), t) -> cast(x, t) when IsWidenCast holds,
+    which counts int -> uint of as many bits or more (int < uint < float, bits <=) as widening.
+    (Its int -> float casts that round feed no refcg composite whose lowering starts with a cast.)"""
+    s, d = tvm.DataType(src), tvm.DataType(dst)
+    return s.type_code == tvm.DataTypeCode.INT and d.type_code == tvm.DataTypeCode.UINT and s.bits <= d.bits
+
+
+def folded_cast(expr) -> str | None:
+    """``"cast <src> -> <dst>"`` when ``expr`` is a cast TVM-only folds into a following cast, else None."""
+    if op_name(expr) != "cast":
+        return None
+    src, dst = dtype_of(expr.args[0]), dtype_of(expr)
+    return f"cast {src} -> {dst}" if cast_wraps_when_folded(src, dst) else None
+
+
+def folded_cast_input_reason(pattern, expr) -> str | None:
+    """A composite must not read such a cast: when its TVM lowering starts with a cast, TVM-only
+    computes it from the value before the cast (no wrap), refcg from the value after."""
+    for bound in bound_inputs(pattern, expr):
+        cast = folded_cast(bound)
+        if cast:
+            return (f"reads a {cast} that TVM's SimplifyConsecutiveCast folds into a following cast "
+                    "(IsWidenCast): TVM-only may not wrap it")
+    return None
 
 
 # ---- plans ----

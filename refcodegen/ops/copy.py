@@ -14,7 +14,7 @@ from tvm.relay.dataflow_pattern import is_constant, is_op, wildcard
 from ..errors import RefcgError
 from ..numerics import DTYPE_RANGE
 from .base import (DTYPE_CODE, REQUANTIZE_DTYPES, Call, Step, any_of, check_clip, check_tensor, const_value, dtype_of,
-                   first_reason, op_name, operands, out_range, prod, static_shape)
+                   first_reason, folded_cast, op_name, operands, out_range, prod, static_shape)
 
 NAME = "copy"
 NEON_REQUANTIZE = False
@@ -123,6 +123,9 @@ class Copy:
             return reason
         if dtype_of(data) != dtype_of(call) and op != "cast":
             return f"{op} changes dtype"
+        if folded_cast(call):
+            return (f"{folded_cast(call)}: TVM's SimplifyConsecutiveCast drops it before a following cast "
+                    "(IsWidenCast), so whether TVM-only wraps depends on the consumer")
         if op == "clip":
             return check_clip(call, dtype_of(call))
         if op in CLAMP_OPS:

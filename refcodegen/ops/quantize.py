@@ -36,6 +36,27 @@ def check_axis_qparams(call, shape, scale, zero_point, dtype: str, what: str) ->
     return None
 
 
+def quantize_divisor(scale) -> tuple[bool, np.ndarray]:
+    """How TVM 0.19 divides by a qnn.quantize scale: (multiply, values). A rank-0 scale reaches TE as
+    an immediate c (te_compiler_cache.cc inlines scalar constants) and the TIR simplifier rewrites
+    x / c into x * c' with c' = float32(1.0 / c), the reciprocal taken in double
+    (arith/rewrite_simplify.cc:775-780): refcg multiplies by c'. Any other scale is a tensor TVM loads,
+    so it divides."""
+    value = const_value(scale)
+    if value.ndim:
+        return False, value.astype("float32").reshape(-1)
+    with np.errstate(over="ignore", divide="ignore"):
+        return True, np.float32(1.0 / np.float64(value)).reshape(-1)
+
+
+def check_divisor(scale, what: str) -> str | None:
+    """TVM-only cannot build a scale whose immediate reciprocal exceeds float32 (FloatImm's range check)."""
+    multiply, values = quantize_divisor(scale)
+    if multiply and not np.all(np.isfinite(values)):
+        return f"{what} scale's reciprocal exceeds float32: TVM's simplifier cannot make it an immediate"
+    return None
+
+
 class Quantize(OneCall):
     @property
     def op(self) -> str:
@@ -54,6 +75,8 @@ class Quantize(OneCall):
                 check_tensor(call, "dequantize output", dtypes=("float32",))
             quant_dtype = dtype_of(data)
         reason = reason or check_axis_qparams(call, static_shape(data), scale, zero_point, quant_dtype, self.op)
+        if reason is None and self.op == "quantize":
+            return check_divisor(scale, "quantize")
         if reason is None and self.op == "dequantize":
             return ctx.dequantize_uses.reason(call)
         return reason
@@ -62,7 +85,8 @@ class Quantize(OneCall):
         """Scale and zero point broadcast along ``axis`` as TVM's ExpandBiasToMatchAxis does."""
         _, scale, zero_point = self.call.args
         shape = dst.shape
-        scales, zps = const_value(scale).reshape(-1), const_value(zero_point).reshape(-1)
+        multiply, scales = quantize_divisor(scale) if self.op == "quantize" else (False, const_value(scale).reshape(-1))
+        zps = const_value(zero_point).reshape(-1)
         axis = int(self.call.attrs.axis) % len(shape)
         per_axis = max(scales.size, zps.size) > 1
         channels = shape[axis] if per_axis else 1  # per tensor: one channel spanning the whole tensor
@@ -70,6 +94,7 @@ class Quantize(OneCall):
             "outer": prod(shape[:axis]) if per_axis else 1, "channels": channels,
             "inner": prod(shape[axis + 1:] if per_axis else shape),
             "quant_dtype": DTYPE_CODE[dst.dtype if self.op == "quantize" else srcs[0].dtype],
+            "multiply": int(multiply),
         }
         values = {"params": params, "op": self.op,
                   "scales": np.broadcast_to(scales, (channels,)).astype("float32").tolist(),

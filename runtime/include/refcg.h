@@ -137,10 +137,13 @@ REFCG_API int refcg_requantize_ref(const refcg_requantize_params* p, const void*
 
 /* qnn.quantize (float32 -> int8/uint8: clip(round(x / scale) + zp) in float32, then cast) and
  * qnn.dequantize ((x - zp) * scale in float32), as TVM 0.19 canonicalizes them, on a tensor
- * viewed as [outer][channels][inner] around the quantization axis (per tensor: one channel). */
+ * viewed as [outer][channels][inner] around the quantization axis (per tensor: one channel).
+ * multiply (quantize): TVM inlines a rank-0 scale as an immediate c and its TIR simplifier
+ * rewrites x / c into x * float32(1.0 / c); scale then holds that reciprocal. */
 typedef struct {
   int64_t outer, channels, inner;
   int32_t quant_dtype;       /* the integer side: output of quantize, input of dequantize */
+  int32_t multiply;          /* quantize: 1 multiplies by scale (a reciprocal), 0 divides by it */
   const float* scale;        /* [channels] */
   const int32_t* zero_point; /* [channels] */
 } refcg_quantize_params;
@@ -214,6 +217,7 @@ typedef struct {
   int32_t in_dtype, out_dtype;
   int32_t input_zp, output_zp;
   float input_scale, output_scale;
+  int32_t output_multiply; /* output_scale is a reciprocal to multiply by, as refcg_quantize_params */
 } refcg_float_softmax_params;
 
 REFCG_API int refcg_float_softmax_ref(const refcg_float_softmax_params* p, const void* input, void* output);

@@ -176,13 +176,14 @@ REQUANTIZING_OPS_PER_GROUP = {"tonearest": 1, "float64": 1}
 
 # The families beyond conv/dense/binary/pool/requantize/concat: the two requantizing ones share one
 # option among the requantizing ops, the rest two options, so conv and dense chains stay the majority;
-# data movement (13 ops) weighs more.
-REQUANTIZING_GLUE = ("lut", "lut", "softmax")  # 10 table forms
+# data movement (14 ops) weighs more.
+REQUANTIZING_GLUE = ("lut", "lut", "lut", "softmax")  # 13 table forms
 GLUE = ("qdq", "reduce", "copy", "copy", "copy")
 LUT_FORMS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish", "qnn.leaky_relu",  # qnn ops TVM turns into tables
+             "qnn.exp", "qnn.log", "qnn.abs",
              "sigmoid", "tanh", "leaky_relu", "tflite_hardswish", "pytorch_hardswish", "onnx_hardswish")
 COPY_OPS = ("cast", "reshape", "squeeze", "expand_dims", "batch_flatten", "transpose", "layout_transform",
-            "strided_slice", "split", "pad", "clip", "maximum", "minimum")
+            "strided_slice", "split", "pad", "depth_to_space", "clip", "maximum", "minimum")
 WIDE = ("int16", "int32")
 
 
@@ -266,7 +267,7 @@ def copy_op(draw, state):
     options = [k for k in COPY_OPS if not (
         (k == "squeeze" and (1 not in shape or rank == 1)) or (k == "expand_dims" and rank >= 5)
         or (k == "batch_flatten" and rank < 2) or (k == "layout_transform" and not state.layout)
-        or (k == "split" and max(shape) < 2))]
+        or (k == "split" and max(shape) < 2) or (k == "depth_to_space" and not _block_sizes(state)))]
     kind = draw(st.sampled_from(options))
     op = {"op": "copy", "kind": kind}
     lo, hi = DTYPE_RANGE[state.dtype]
@@ -297,11 +298,18 @@ def copy_op(draw, state):
         op["widths"] = [(draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in shape]
         op["value"] = draw(st.sampled_from([state.zp, lo, hi]) | st.integers(lo, hi)) \
             if state.dtype in QDTYPES else draw(st.integers(-300, 300))
+    elif kind == "depth_to_space":
+        op.update(block=draw(st.sampled_from(_block_sizes(state))), mode=draw(st.sampled_from(["DCR", "CRD"])))
     elif kind == "clip":
         op["bounds"] = tuple(sorted((draw(st.integers(lo, hi)), draw(st.integers(lo, hi)))))
     elif kind in ("maximum", "minimum"):
         op.update(value=draw(st.integers(max(lo, -(2**20)), min(hi, 2**20))), flip=draw(st.booleans()))
     return op
+
+
+def _block_sizes(state) -> list[int]:
+    """nn.depth_to_space block sizes whose square divides a 4-D state's channels."""
+    return [b for b in (2, 3) if len(state.shape) == 4 and state.layout and dims(state)[1] % (b * b) == 0]
 
 
 @st.composite
@@ -641,6 +649,9 @@ def _copy(y, state, op, ctx):
         shape[op["axis"]] = bounds[op["index"] + 1] - bounds[op["index"]]
     elif kind == "pad":
         shape = [d + a + b for d, (a, b) in zip(shape, op["widths"])]
+    elif kind == "depth_to_space":
+        n, c, h, w, b = *dims(state), op["block"]
+        shape = [n, c // (b * b), h * b, w * b] if state.layout == "NCHW" else [n, h * b, w * b, c // (b * b)]
     layout = _other_layout(state.layout) if kind == "layout_transform" else _layout(shape, state)
     new = ChainSpec(tuple(shape), layout, dtype, state.scale, _zero_point_in(state.zp, dtype))
     if y is None:
@@ -665,6 +676,8 @@ def _copy(y, state, op, ctx):
         return relay.split(y, op["sections"], axis=op["axis"])[op["index"]], new
     if kind == "pad":
         return relay.nn.pad(y, op["widths"], pad_value=_c(op["value"], dtype)), new
+    if kind == "depth_to_space":
+        return relay.nn.depth_to_space(y, op["block"], layout=state.layout, mode=op["mode"]), new
     if kind == "clip":
         return relay.clip(y, *op["bounds"]), new
     bound = _c(op["value"], dtype)
