@@ -21,7 +21,9 @@ is an elementwise edge, src/relay/transforms/fuse_ops.cc:207-213):
 
 Decided from the partition's graph; what lies outside it comes from the attributes
 ``partition_for_refcg`` records (``INPUTS_ATTR``/``OUTPUTS_ATTR``). A case the graph cannot
-settle raises RefcgError (the build stops with the reason instead of rounding wrongly).
+settle is recorded when ``partition_for_refcg`` asks (``undecided``: it leaves those composites in
+TVM and partitions again), else raises RefcgError: the build stops with the reason instead of
+rounding wrongly (a partition made without the aarch64 target).
 """
 from __future__ import annotations
 
@@ -67,8 +69,9 @@ class Unknown(Exception):
 class FusionContext:
     """The partition's composite calls with their readers, for ``q31x4``."""
 
-    def __init__(self, func: relay.Function, target):
+    def __init__(self, func: relay.Function, target, undecided: list | None = None):
         self.target = target
+        self.undecided = undecided  # None: an undecidable question raises, else (call, reason) goes here
         fields = list(func.body.fields) if isinstance(func.body, relay.Tuple) else [func.body]
         self.graph_input = dict(zip(func.params, _flags(func, INPUTS_ATTR, len(func.params))))
         self.graph_output = {}
@@ -218,8 +221,11 @@ class FusionContext:
             else:
                 lanes = self._group_lanes(call)
         except Unknown as why:
-            raise RefcgError(str(_composite(call)), "aarch64 rounding",
-                             f"cannot tell whether TVM-only rounds this requantize with NEON: {why}") from None
+            reason = f"cannot tell whether TVM-only rounds this requantize with NEON: {why}"
+            if self.undecided is None:
+                raise RefcgError(str(_composite(call)), "aarch64 rounding", reason) from None
+            self.undecided.append((call, reason))
+            return False
         return lanes == 4
 
 
