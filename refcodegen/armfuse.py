@@ -245,6 +245,21 @@ class FusionContext:
         return lanes == 4
 
 
+def fused_producers(call) -> list:
+    """The composites of ``call``'s partition whose TVM-only kernel may also compute ``call``: its
+    elementwise and concatenate producers (they fuse forward into it), back to the anchors whose
+    group grows into them. Left in TVM together with ``call``, TVM fuses them as TVM-only does."""
+    found, todo = [], [call]
+    while todo:
+        for arg in todo.pop().args:
+            kind = _composite(arg)
+            if kind in ELEMWISE + ANCHORS + ("refcg.concatenate",) and not any(arg.same_as(f) for f in found):
+                found.append(arg)
+                if kind not in ANCHORS:
+                    todo.append(arg)
+    return found
+
+
 def tag_boundaries(mod):
     """Record on each refcg partition which of its inputs no TVM anchor computes (graph inputs,
     constants, elementwise/injective TVM ops: a requantize chain on them fuses forward, like on a

@@ -7,7 +7,7 @@ import tvm
 from tvm import relay
 from tvm.relay.build_module import bind_params_by_name
 
-from .armfuse import keep_boundaries, tag_boundaries
+from .armfuse import fused_producers, keep_boundaries, tag_boundaries
 from .numerics import is_arm_cpu_aarch64
 from .ops import COMPILER, CheckContext, family_of, pattern_table
 from .plan import build_plan
@@ -99,7 +99,11 @@ def _partition_aarch64(mod, ctx: CheckContext):
         undecided = {}
         for _, func in refcg_functions(partitioned):
             for call, reason in _undecided(func, ctx.target):
-                undecided.setdefault(int(call.op.attrs[MATCH_ATTR]), (call, reason))
+                undecided.setdefault(_number(call), (call, reason))
+                for producer in fused_producers(call):  # so that TVM fuses them as TVM-only does
+                    why = f"TVM-only computes it in one kernel with a {call.op.attrs['Composite']} left in TVM"
+                    if _number(producer) is not None:
+                        undecided.setdefault(_number(producer), (producer, why))
         if not undecided:
             break
         for call, reason in undecided.values():
@@ -116,7 +120,12 @@ def _undecided(func, target) -> list:
         build_plan(keep_boundaries(func, scoped_fold(func)), str(func.attrs["global_symbol"]), target, undecided)
     except Exception:  # noqa: BLE001  the build raises it again with its reason; partitioning goes on
         pass
-    return [(call, reason) for call, reason in undecided if call.op.attrs.get(MATCH_ATTR) is not None]
+    return [(call, reason) for call, reason in undecided if _number(call) is not None]
+
+
+def _number(call) -> int | None:
+    number = call.op.attrs.get(MATCH_ATTR)
+    return None if number is None else int(number)
 
 
 def _members(call) -> list:

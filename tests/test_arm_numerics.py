@@ -257,7 +257,7 @@ def test_concatenate_kernel_computes_its_elementwise_readers_on_scalars():
 
 @pytest.mark.parametrize("make,ops,why", [
     (pool1d_into_add, {"qnn.add"}, "computed by TVM outside the partition"),
-    (shared_operand, {"qnn.add"}, "also requantized by another kernel"),
+    (shared_operand, {"qnn.add", "qnn.conv2d"}, "also requantized by another kernel"),  # the conv's kernel has them
     (concat_into_mul, {"qnn.concatenate", "qnn.mul"}, "concatenate"),
 ], ids=["pool1d", "shared", "concat"])
 def test_undecidable_rounding_stays_in_tvm_given_the_target(make, ops, why):
@@ -267,7 +267,7 @@ def test_undecidable_rounding_stays_in_tvm_given_the_target(make, ops, why):
     part = partition_for_refcg(mod, target=TARGET_NEON)
     stayed = [(op, reason) for op, _, reason in offload_report(part).stayed if op in ops]
     assert {op for op, _ in stayed} == ops, offload_report(part)
-    assert all(r.startswith("aarch64 rounding: cannot tell") for _, r in stayed) and any(why in r for _, r in stayed)
+    assert all(r.startswith("aarch64 rounding: ") for _, r in stayed) and any(why in r for _, r in stayed)
     with tvm.transform.PassContext(opt_level=3):
         relay.build(part, target=TARGET_NEON)
         with pytest.raises(RefcgError, match="cannot tell whether TVM-only rounds"):
