@@ -94,7 +94,7 @@ def _partition_aarch64(mod, ctx: CheckContext):
     operands and result feed once partitioned, so: partition, let the planner ask armfuse each
     question, put the undecided composites back into the graph as plain ops, partition again."""
     mod = _map_composites(mod, lambda call, number: _with_attr(call, MATCH_ATTR, number))
-    for _ in range(MAX_ROUNDS):
+    for rounds in range(MAX_ROUNDS + 1):
         partitioned = _partition(mod)
         undecided = {}
         for _, func in refcg_functions(partitioned):
@@ -104,12 +104,11 @@ def _partition_aarch64(mod, ctx: CheckContext):
                     why = f"TVM-only computes it in one kernel with a {call.op.attrs['Composite']} left in TVM"
                     if _number(producer) is not None:
                         undecided.setdefault(_number(producer), (producer, why))
-        if not undecided:
-            break
+        if not undecided or rounds == MAX_ROUNDS:
+            return partitioned  # what is still undecided after MAX_ROUNDS raises RefcgError in the codegen
         for call, reason in undecided.values():
             ctx.rejections.record(_members(call), f"aarch64 rounding: {reason}")
         mod = _map_composites(mod, lambda call, number: _inlined(call) if number in undecided else call)
-    return partitioned  # after MAX_ROUNDS, what is still undecided raises RefcgError in the codegen
 
 
 def _undecided(func, target) -> list:
