@@ -218,6 +218,22 @@ class FusionContext:
             return op_name(data) not in ("reshape", "nn.batch_flatten")
         return True
 
+    def kernel_mates(self, call) -> list:
+        """The composites TVM-only may compute in one kernel with ``call``: its producers and readers,
+        on through every composite but conv/dense/pool (an anchor producer's group may grow into
+        ``call``; an anchor reader's pad or input cast joins ``call``'s group). Left in TVM along with
+        ``call``, they let TVM fuse that part of the graph as TVM-only does."""
+        found, todo = [], [call]
+        while todo:
+            node = todo.pop()
+            for other in list(node.args) + self.readers.get(node, []):
+                if _composite(other) is None or other.same_as(call) or any(other.same_as(f) for f in found):
+                    continue
+                found.append(other)
+                if _composite(other) not in ANCHORS:
+                    todo.append(other)
+        return found
+
     # -- the question the planners ask ------------------------------------------------------
     def q31x4(self, call, operand: int | None = None) -> bool:
         """Does TVM-only compute ``call``'s requantize (of its argument ``operand`` for binary and
@@ -243,21 +259,6 @@ class FusionContext:
             self.undecided.append((call, reason))
             return False
         return lanes == 4
-
-
-def fused_producers(call) -> list:
-    """The composites of ``call``'s partition whose TVM-only kernel may also compute ``call``: its
-    elementwise and concatenate producers (they fuse forward into it), back to the anchors whose
-    group grows into them. Left in TVM together with ``call``, TVM fuses them as TVM-only does."""
-    found, todo = [], [call]
-    while todo:
-        for arg in todo.pop().args:
-            kind = _composite(arg)
-            if kind in ELEMWISE + ANCHORS + ("refcg.concatenate",) and not any(arg.same_as(f) for f in found):
-                found.append(arg)
-                if kind not in ANCHORS:
-                    todo.append(arg)
-    return found
 
 
 def tag_boundaries(mod):

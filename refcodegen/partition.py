@@ -7,7 +7,7 @@ import tvm
 from tvm import relay
 from tvm.relay.build_module import bind_params_by_name
 
-from .armfuse import fused_producers, keep_boundaries, tag_boundaries
+from .armfuse import FusionContext, keep_boundaries, tag_boundaries
 from .numerics import is_arm_cpu_aarch64
 from .ops import COMPILER, CheckContext, family_of, pattern_table
 from .plan import build_plan
@@ -98,12 +98,11 @@ def _partition_aarch64(mod, ctx: CheckContext):
         partitioned = _partition(mod)
         undecided = {}
         for _, func in refcg_functions(partitioned):
-            for call, reason in _undecided(func, ctx.target):
+            for call, reason, mates in _undecided(func, ctx.target):
                 undecided.setdefault(_number(call), (call, reason))
-                for producer in fused_producers(call):  # so that TVM fuses them as TVM-only does
-                    why = f"TVM-only computes it in one kernel with a {call.op.attrs['Composite']} left in TVM"
-                    if _number(producer) is not None:
-                        undecided.setdefault(_number(producer), (producer, why))
+                for mate in mates:
+                    why = f"TVM-only may compute it in one kernel with a {call.op.attrs['Composite']} left in TVM"
+                    undecided.setdefault(_number(mate), (mate, why))
         if not undecided or rounds == MAX_ROUNDS:
             return partitioned  # what is still undecided after MAX_ROUNDS raises RefcgError in the codegen
         for call, reason in undecided.values():
@@ -112,14 +111,20 @@ def _partition_aarch64(mod, ctx: CheckContext):
 
 
 def _undecided(func, target) -> list:
-    """(composite call, reason) of the aarch64 rounding questions armfuse cannot settle in ``func``,
-    asked as the codegen's planner asks them. Any other failure is left to the codegen to report."""
+    """(composite call, reason, its kernel mates) of the aarch64 rounding questions armfuse cannot
+    settle in ``func``, asked as the codegen's planner asks them. Any other failure is left to the
+    codegen to report."""
     undecided = []
     try:
-        build_plan(keep_boundaries(func, scoped_fold(func)), str(func.attrs["global_symbol"]), target, undecided)
+        folded = keep_boundaries(func, scoped_fold(func))
+        build_plan(folded, str(func.attrs["global_symbol"]), target, undecided)
     except Exception:  # noqa: BLE001  the build raises it again with its reason; partitioning goes on
         pass
-    return [(call, reason) for call, reason in undecided if _number(call) is not None]
+    if not undecided:
+        return []
+    fusion = FusionContext(folded, target)
+    return [(call, reason, [mate for mate in fusion.kernel_mates(call) if _number(mate) is not None])
+            for call, reason in undecided if _number(call) is not None]
 
 
 def _number(call) -> int | None:
