@@ -21,7 +21,9 @@ is an elementwise edge, src/relay/transforms/fuse_ops.cc:207-213):
 
 Decided from the partition's graph; what lies outside it comes from the attributes
 ``partition_for_refcg`` records (``INPUTS_ATTR``/``OUTPUTS_ATTR``). A case the graph cannot
-settle raises RefcgError (the build stops with the reason instead of rounding wrongly).
+settle is recorded when ``partition_for_refcg`` asks (``undecided``: it leaves those composites in
+TVM and partitions again), else raises RefcgError: the build stops with the reason instead of
+rounding wrongly (a partition made without the aarch64 target).
 """
 from __future__ import annotations
 
@@ -35,7 +37,9 @@ from .ops.pool2d import Pool2D
 from .errors import RefcgError
 from .numerics import conv2d_output_sliced, injective_lanes, tvm_aarch64_lanes
 
-INPUTS_ATTR = "RefcgInputsFromGraph"  # per partition parameter: 1 = no TVM anchor kernel computes it
+INPUTS_ATTR = "RefcgInputsFromGraph"  # per partition parameter: FREE, CONCATENATED or 0 (maybe an anchor's)
+FREE = 1  # no TVM kernel this input's readers may join computes it: they start their own group
+CONCATENATED = 2  # a TVM concatenate's group may take its elementwise readers: scalar (schedule_concatenate)
 OUTPUTS_ATTR = "RefcgOutputsToGraph"  # per partition result: 1 = only returned by main
 ELEMWISE = ("refcg.binary", "refcg.requantize")
 ANCHORS = ("refcg.conv2d", "refcg.dense", "refcg.pool2d")
@@ -55,9 +59,9 @@ def _shape(expr) -> tuple[int, ...]:
     return tuple(int(d) for d in expr.checked_type.shape)
 
 
-def _flags(func, attr: str, count: int) -> list[bool | None]:
+def _flags(func, attr: str, count: int) -> list[int | None]:
     value = func.attrs.get(attr) if func.attrs else None
-    return [bool(int(v)) for v in value] if value is not None else [None] * count
+    return [int(v) for v in value] if value is not None else [None] * count
 
 
 class Unknown(Exception):
@@ -67,8 +71,9 @@ class Unknown(Exception):
 class FusionContext:
     """The partition's composite calls with their readers, for ``q31x4``."""
 
-    def __init__(self, func: relay.Function, target):
+    def __init__(self, func: relay.Function, target, undecided: list | None = None):
         self.target = target
+        self.undecided = undecided  # None: an undecidable question raises, else (call, reason) goes here
         fields = list(func.body.fields) if isinstance(func.body, relay.Tuple) else [func.body]
         self.graph_input = dict(zip(func.params, _flags(func, INPUTS_ATTR, len(func.params))))
         self.graph_output = {}
@@ -190,6 +195,18 @@ class FusionContext:
             return 1
         raise Unknown("it is concatenated into a tensor that is padded, reshaped or read elsewhere")
 
+    def _after_concatenate(self, call) -> bool:
+        """Whether an elementwise composite reads a concatenate, directly or through elementwise
+        composites: FuseOps may put it into the concatenate's group (graph_partitioner.cc:453-461),
+        whose schedule is schedule_concatenate's unless a later injective op joins; not followed here."""
+        for arg in call.args:
+            if isinstance(arg, relay.Var) and self.graph_input.get(arg) == CONCATENATED:
+                return True
+            kind = _composite(arg)
+            if kind == "refcg.concatenate" or (kind in ELEMWISE and self._after_concatenate(arg)):
+                return True
+        return False
+
     @staticmethod
     def _keeps_shape(reader) -> bool:
         """No injective op (fused pad, flattening reshape) in front of this conv/dense/pool."""
@@ -201,12 +218,30 @@ class FusionContext:
             return op_name(data) not in ("reshape", "nn.batch_flatten")
         return True
 
+    def kernel_mates(self, call) -> list:
+        """The composites TVM-only may compute in one kernel with ``call``: its producers and readers,
+        on through every composite but conv/dense/pool (an anchor producer's group may grow into
+        ``call``; an anchor reader's pad or input cast joins ``call``'s group). Left in TVM along with
+        ``call``, they let TVM fuse that part of the graph as TVM-only does."""
+        found, todo = [], [call]
+        while todo:
+            node = todo.pop()
+            for other in list(node.args) + self.readers.get(node, []):
+                if _composite(other) is None or other.same_as(call) or any(other.same_as(f) for f in found):
+                    continue
+                found.append(other)
+                if _composite(other) not in ANCHORS:
+                    todo.append(other)
+        return found
+
     # -- the question the planners ask ------------------------------------------------------
     def q31x4(self, call, operand: int | None = None) -> bool:
         """Does TVM-only compute ``call``'s requantize (of its argument ``operand`` for binary and
         concatenate inputs) on int32x4 vectors, i.e. with the NEON double rounding?"""
         try:
             kind = _composite(call)
+            if kind in ELEMWISE and self._after_concatenate(call):
+                raise Unknown("it reads a concatenate's result, whose kernel may compute it")
             if operand is not None:
                 lanes = self._operand_lanes(call.args[operand], call)
             elif kind in ("refcg.conv2d", "refcg.dense"):
@@ -218,8 +253,11 @@ class FusionContext:
             else:
                 lanes = self._group_lanes(call)
         except Unknown as why:
-            raise RefcgError(str(_composite(call)), "aarch64 rounding",
-                             f"cannot tell whether TVM-only rounds this requantize with NEON: {why}") from None
+            reason = f"cannot tell whether TVM-only rounds this requantize with NEON: {why}"
+            if self.undecided is None:
+                raise RefcgError(str(_composite(call)), "aarch64 rounding", reason) from None
+            self.undecided.append((call, reason))
+            return False
         return lanes == 4
 
 
@@ -261,8 +299,9 @@ def tag_boundaries(mod):
             outputs = [all(only_returned(u) for u in items if u.index == i) for i in range(len(func.ret_type.fields))]
         else:
             outputs = [only_returned(call)]
-        inputs = [not _maybe_anchored(arg, parents) for arg in call.args]
-        func = func.with_attr(INPUTS_ATTR, [int(v) for v in inputs])
+        inputs = [0 if _maybe_anchored(arg, parents) else CONCATENATED if _concatenated(arg) else FREE
+                  for arg in call.args]
+        func = func.with_attr(INPUTS_ATTR, inputs)
         mod[call.op] = func.with_attr(OUTPUTS_ATTR, [int(v) for v in outputs])
     return mod
 
@@ -283,6 +322,24 @@ def _maybe_anchored(expr, parents) -> bool:
     if int(pattern) > relay.op.OpPattern.BROADCAST:
         return False  # injective, reduce, opaque: no anchor group grows through them
     return any(len(parents.get(arg, [])) == 1 and _maybe_anchored(arg, parents) for arg in expr.args)
+
+
+def _concatenated(expr) -> bool:
+    """Whether ``expr`` is a TVM concatenate or an elementwise/broadcast op after one: FuseOps puts
+    such ops (and an elementwise reader) into the concatenate's group (graph_partitioner.cc:453-461),
+    which a later injective op alone takes from schedule_concatenate (te_compiler_cache.cc:728)."""
+    seen, todo = set(), [expr]
+    while todo:
+        node = todo.pop()
+        if not (isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op)) or node in seen:
+            continue
+        seen.add(node)
+        if node.op.name in ("concatenate", "qnn.concatenate"):
+            return True
+        pattern = node.op.get_attr("TOpPattern")
+        if pattern is not None and int(pattern) <= relay.op.OpPattern.BROADCAST:
+            todo += list(node.args)
+    return False
 
 
 def keep_boundaries(original: relay.Function, folded: relay.Function) -> relay.Function:

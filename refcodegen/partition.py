@@ -7,12 +7,17 @@ import tvm
 from tvm import relay
 from tvm.relay.build_module import bind_params_by_name
 
-from .armfuse import tag_boundaries
-from .ops import COMPILER, CheckContext, pattern_table
+from .armfuse import FusionContext, keep_boundaries, tag_boundaries
+from .numerics import is_arm_cpu_aarch64
+from .ops import COMPILER, CheckContext, family_of, pattern_table
+from .plan import build_plan
+from .scoped_fold import scoped_fold
 from .splits import split_to_slices
 
 TARGET_ATTR = "RefcgTarget"
 REJECTIONS_ATTR = "refcg_rejections"
+MATCH_ATTR = "RefcgMatch"  # a composite's number in MergeComposite's output (aarch64 targets only)
+MAX_ROUNDS = 8  # partitionings of one module for the aarch64 rounding; each round leaves >= 1 composite in TVM
 
 
 def prepare_passes(fold_batch_norm: bool, fake_quantization_to_integer: bool) -> list:
@@ -58,22 +63,111 @@ def partition_for_refcg(mod, params=None, *, target=None, fold_batch_norm: bool 
         mod["main"] = bind_params_by_name(mod["main"], params)
     target = tvm.target.Target(target) if target is not None else None
     ctx = CheckContext(target)  # this call's checks: their target, dequantize consumers and rejections
-    partition = tvm.transform.Sequential([
-        relay.transform.MergeComposite(pattern_table(ctx)),
-        relay.transform.AnnotateTarget(COMPILER),
-        relay.transform.MergeCompilerRegions(),
-        relay.transform.PartitionGraph(),
-        relay.transform.InferType(),
-    ])
     with tvm.transform.PassContext(opt_level=3):
         mod = tvm.transform.Sequential(prepare_passes(fold_batch_norm, fake_quantization_to_integer))(mod)
         mod = split_to_slices(mod)
         ctx.dequantize_uses.analyze(mod["main"])  # the dequantize check needs each result's consumers
-        mod = partition(mod)
-    mod = tag_boundaries(mod)
+        mod = relay.transform.MergeComposite(pattern_table(ctx))(mod)
+        if is_arm_cpu_aarch64(target):
+            mod = _partition_aarch64(mod, ctx)
+        else:
+            mod = _partition(mod)
     if target is not None:
         mod = _tag_target(mod, str(target))
     return mod.with_attr(REJECTIONS_ATTR, json.dumps(ctx.rejections.as_dict()))
+
+
+def _partition(mod):
+    """The refcg functions of MergeComposite's output, with what armfuse needs to know around them."""
+    mod = tvm.transform.Sequential([
+        relay.transform.AnnotateTarget(COMPILER),
+        relay.transform.MergeCompilerRegions(),
+        relay.transform.PartitionGraph(),
+        relay.transform.InferType(),
+    ])(mod)
+    return tag_boundaries(mod)
+
+
+def _partition_aarch64(mod, ctx: CheckContext):
+    """``_partition``, leaving in TVM each composite whose rounding armfuse cannot tell (whether
+    TVM-only's fused kernel takes the NEON int32x4 path). That depends on what the composite's
+    operands and result feed once partitioned, so: partition, let the planner ask armfuse each
+    question, put the undecided composites back into the graph as plain ops, partition again."""
+    mod = _map_composites(mod, lambda call, number: _with_attr(call, MATCH_ATTR, number))
+    for rounds in range(MAX_ROUNDS + 1):
+        partitioned = _partition(mod)
+        undecided = {}
+        for _, func in refcg_functions(partitioned):
+            for call, reason, mates in _undecided(func, ctx.target):
+                undecided.setdefault(_number(call), (call, reason))
+                for mate in mates:
+                    why = f"TVM-only may compute it in one kernel with a {call.op.attrs['Composite']} left in TVM"
+                    undecided.setdefault(_number(mate), (mate, why))
+        if not undecided or rounds == MAX_ROUNDS:
+            return partitioned  # what is still undecided after MAX_ROUNDS raises RefcgError in the codegen
+        for call, reason in undecided.values():
+            ctx.rejections.record(_members(call), f"aarch64 rounding: {reason}")
+        mod = _map_composites(mod, lambda call, number: _inlined(call) if number in undecided else call)
+
+
+def _undecided(func, target) -> list:
+    """(composite call, reason, its kernel mates) of the aarch64 rounding questions armfuse cannot
+    settle in ``func``, asked as the codegen's planner asks them. Any other failure is left to the
+    codegen to report."""
+    undecided = []
+    try:
+        folded = keep_boundaries(func, scoped_fold(func))
+        build_plan(folded, str(func.attrs["global_symbol"]), target, undecided)
+    except Exception:  # noqa: BLE001  the build raises it again with its reason; partitioning goes on
+        pass
+    if not undecided:
+        return []
+    fusion = FusionContext(folded, target)
+    return [(call, reason, [mate for mate in fusion.kernel_mates(call) if _number(mate) is not None])
+            for call, reason in undecided if _number(call) is not None]
+
+
+def _number(call) -> int | None:
+    number = call.op.attrs.get(MATCH_ATTR)
+    return None if number is None else int(number)
+
+
+def _members(call) -> list:
+    """The calls of a composite the offload report names: its family's, else its body's root."""
+    try:
+        return family_of(str(call.op.attrs["Composite"])).parse(call.op.body).members()
+    except Exception:  # noqa: BLE001  a body of an unexpected form: the root is enough for the report
+        return [call.op.body]
+
+
+def _with_attr(call, key: str, value):
+    return relay.Call(call.op.with_attr(key, value), call.args, call.attrs, call.type_args, call.span)
+
+
+def _inlined(call):
+    """A composite call as the plain ops of its body, on its arguments."""
+    return relay.bind(call.op.body, dict(zip(call.op.params, call.args)))
+
+
+def _map_composites(mod, rewrite):
+    """``mod`` with each composite call ``c`` of main replaced by ``rewrite(c, number)`` (numbers:
+    MATCH_ATTR once set, else dataflow order). Iterative: deep networks exceed Python's recursion."""
+    main, new = mod["main"], {}
+
+    def visit(node):
+        if isinstance(node, relay.Call):
+            call = relay.Call(node.op, [new.get(a, a) for a in node.args], node.attrs, node.type_args, node.span)
+            if isinstance(node.op, relay.Function) and node.op.attrs and node.op.attrs.get("Composite"):
+                call = rewrite(call, int(node.op.attrs.get(MATCH_ATTR, len(new))))
+            new[node] = call
+        elif isinstance(node, relay.Tuple):
+            new[node] = relay.Tuple([new.get(f, f) for f in node.fields], node.span)
+        elif isinstance(node, relay.TupleGetItem):
+            new[node] = relay.TupleGetItem(new.get(node.tuple_value, node.tuple_value), node.index)
+
+    relay.analysis.post_order_visit(main.body, visit)
+    mod["main"] = relay.Function(main.params, new.get(main.body, main.body), None, main.type_params, main.attrs)
+    return relay.transform.InferType()(mod)
 
 
 def refcg_functions(mod):

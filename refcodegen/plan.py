@@ -72,11 +72,13 @@ class _ScratchPool:
         self.free.append(self.plan.scratch[buf.index])
 
 
-def build_plan(func: relay.Function, symbol: str, target) -> KernelPlan:
+def build_plan(func: relay.Function, symbol: str, target, undecided: list | None = None) -> KernelPlan:
     """Walk the folded partition in dataflow order and describe each composite call.
 
     Composites may take several inputs (partition inputs, other composites' results,
     constants embedded in the C source) and the partition may return a tuple.
+    ``undecided``: collects the (composite call, reason) whose aarch64 rounding armfuse cannot
+    tell, instead of raising (``partition_for_refcg`` leaves them in TVM).
     """
     inputs = [_buffer_for(p, "input", i, f"in{i}") for i, p in enumerate(func.params)]
     body_fields = list(func.body.fields) if isinstance(func.body, relay.Tuple) else [func.body]
@@ -91,7 +93,7 @@ def build_plan(func: relay.Function, symbol: str, target) -> KernelPlan:
     readers = _consumers(body_fields)
     lut.prepare(func, target)  # one TVM build computes every lookup table of the partition
     scratch = _ScratchPool(plan)
-    fusion = FusionContext(func, target) if is_arm_cpu_aarch64(target) else None
+    fusion = FusionContext(func, target, undecided) if is_arm_cpu_aarch64(target) else None
 
     def visit(expr) -> Buffer:
         if expr in done:

@@ -19,7 +19,7 @@ from tvm import relay
 from conftest import spy_on_codegen
 from arm.host import TARGET_DOTPROD, TARGET_NEON
 from models import module, qconv_block
-from refcodegen import partition_for_refcg
+from refcodegen import offload_report, partition_for_refcg
 from refcodegen.errors import RefcgError
 from refcodegen.numerics import MODES, resolve_mode
 from refcodegen.plan import build_plan
@@ -224,13 +224,60 @@ def test_rule_matches_tvm_lowering(target):
     assert len(both) >= 8, "too few NEON-rounded requantizes to test the rule"
 
 
-def test_undecidable_rounding_is_an_error_not_a_guess():
-    """An add operand computed by a TVM anchor kernel (max_pool1d, which refcg does not take) could
-    have the add's requantize fused into TVM's kernel: on aarch64 refcg refuses to guess."""
+def pool1d_into_add():
     net = Net(2)
     x, scale = net.var((1, 12, 16))
     pooled = (relay.nn.max_pool1d(x, (2,), (2,), layout="NWC"), scale)
-    mod = net.module([net.add(pooled, net.var((1, 6, 16)))])
+    return net.module([net.add(pooled, net.var((1, 6, 16)))])
+
+
+def shared_operand():
+    """(Not add(c, c): left in TVM, its canonical form goes through SimplifyExpr, which copies c's graph
+    (x + x -> x * 2), so main calls the partition twice and relay.build's Inline pass fails, inline.cc:77.)"""
+    net = Net(3)
+    c = net.conv(net.var((1, 6, 6, 8)), 16, per_channel=True)
+    first = net.add(c, net.var((1, 6, 6, 16)))
+    return net.module([net.add(c, first)])
+
+
+def concat_into_mul():
+    """A concatenate read by an elementwise op (last axis 4: an injective schedule would use 4 lanes)."""
+    net = Net(4)
+    return net.module([net.add(net.concat([net.var((1, 3, 4)), net.var((1, 2, 4))], axis=1), net.var((1, 5, 4)),
+                               relay.qnn.op.mul)])
+
+
+def test_concatenate_kernel_computes_its_elementwise_readers_on_scalars():
+    """What armfuse does not follow (a concatenate's group growing into its elementwise readers,
+    scheduled by schedule_concatenate, topi/arm_cpu/injective.py:81-107): TVM-only's TIR for it
+    has scalar requantizes only, though the output's last axis is 4."""
+    _, lanes = tvm_qms_lanes(concat_into_mul(), TARGET_NEON)
+    assert len(lanes) == 3 and all(n == {1} for n in lanes.values()), lanes
+
+
+@pytest.mark.parametrize("make,ops,why", [
+    (pool1d_into_add, {"qnn.add"}, "computed by TVM outside the partition"),
+    (shared_operand, {"qnn.add", "qnn.conv2d"}, "also requantized by another kernel"),  # the conv's kernel has them
+    (concat_into_mul, {"qnn.concatenate", "qnn.mul"}, "concatenate"),
+], ids=["pool1d", "shared", "concat"])
+def test_undecidable_rounding_stays_in_tvm_given_the_target(make, ops, why):
+    """partition_for_refcg(target=aarch64) asks armfuse: what it cannot tell stays in TVM, with the
+    reason, and the build goes through; without target= the codegen refuses instead."""
+    mod = make()
+    part = partition_for_refcg(mod, target=TARGET_NEON)
+    stayed = [(op, reason) for op, _, reason in offload_report(part).stayed if op in ops]
+    assert {op for op, _ in stayed} == ops, offload_report(part)
+    assert all(r.startswith("aarch64 rounding: ") for _, r in stayed) and any(why in r for _, r in stayed)
+    with tvm.transform.PassContext(opt_level=3):
+        relay.build(part, target=TARGET_NEON)
+        with pytest.raises(RefcgError, match="cannot tell whether TVM-only rounds"):
+            relay.build(partition_for_refcg(mod), target=TARGET_NEON)
+
+
+def test_undecidable_rounding_is_an_error_not_a_guess():
+    """An add operand computed by a TVM anchor kernel (max_pool1d, which refcg does not take) could
+    have the add's requantize fused into TVM's kernel: on aarch64 refcg refuses to guess."""
+    mod = pool1d_into_add()
     part = partition_for_refcg(mod)
     assert "nn.max_pool1d" in part["main"].astext(), "max_pool1d should stay in TVM"
     with pytest.raises(RefcgError, match="cannot tell whether TVM-only rounds"):
@@ -243,10 +290,7 @@ def test_undecidable_rounding_is_an_error_not_a_guess():
 def test_shared_operand_is_an_error_not_a_guess():
     """A conv output two adds requantize (TVM-only may merge their equal requantize chains into
     one kernel of its own, 4 lanes of int32): refcg refuses to guess on aarch64."""
-    net = Net(3)
-    c = net.conv(net.var((1, 6, 6, 8)), 16, per_channel=True)
-    first = net.add(c, c)
-    mod = net.module([net.add(c, first)])
+    mod = shared_operand()
     with pytest.raises(RefcgError, match="also requantized by another kernel"):
         with tvm.transform.PassContext(opt_level=3):
             relay.build(partition_for_refcg(mod), target=TARGET_NEON)
