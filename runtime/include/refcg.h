@@ -242,6 +242,8 @@ typedef struct {
   const int8_t* w;
   const int32_t* corr_u8; /* np entries: correction for a uint8-domain input (x86) */
   const int32_t* corr_s8; /* np entries: correction for an int8-domain input (aarch64) */
+  const uint8_t* pair_safe; /* np/16 entries, 1: no vpmaddubsw of the block can saturate, so AVX2 runs
+                               it on the uint8 x int8 path (packing.pairs_fit_int16); NULL: none */
 } refcg_gemm_weights;
 
 /* Extra compile-time data of one conv for the accelerated kernels. */
