@@ -159,9 +159,8 @@ REFCG_INLINE void refcg_store_bytes_avx2(uint8_t* out, __m256i v, int64_t n) {
 #define REFCG_AVX2_MR 3    /* 3 x 4 accumulators + the broadcast input; weights are memory operands */
 #define REFCG_AVX2_WC 192  /* k-steps of widened weights per chunk (24 KB: stays in L1) */
 #define REFCG_AVX2_RG 96   /* rows sharing a chunk; their raw accumulators take 12 KB */
-#ifndef REFCG_AVX2B_MR
-#define REFCG_AVX2B_MR 4   /* vpmaddubsw tiles: 4 x 2 accumulators, 2 weights, ones, input, 2 products */
-#endif
+#define REFCG_AVX2B_MR 4   /* vpmaddubsw tiles: 4 x 2 accumulators, 2 weights, ones, input, 2 products
+                            * (6 rows measured no faster: the epilogue and copies dominate the rest) */
 #define REFCG_AVX2_MR_MAX (REFCG_AVX2B_MR > REFCG_AVX2_MR ? REFCG_AVX2B_MR : REFCG_AVX2_MR)
 
 /* Sum of the two pair-sum lanes per channel: groups g0 (ch 0-3) and g1 (ch 4-7) -> ch 0-7. */
@@ -266,12 +265,11 @@ REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, int32_t i0, int32_t n
 /* MR rows x 16 channels (block nb) of a block whose weight pairs provably fit int16
  * (refcg_gemm_weights.pair_safe): vpmaddubsw of the 4 input bytes broadcast and 32 weight bytes
  * (8 channels x 4 k, the packed layout as is) gives two exact int16 pair sums per channel,
- * vpmaddwd by ones their int32 sum. Rows [rows, MR) repeat the last row (not stored). */
-REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, int32_t i0, int32_t nb, int32_t rows, const int MR) {
+ * vpmaddwd by ones their int32 sum. */
+REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, int32_t i0, int32_t nb, const int MR) {
   const uint8_t* arow[REFCG_AVX2B_MR];
   int64_t out_off[REFCG_AVX2B_MR];
-  refcg_rows_avx2(j, i0, rows, arow, out_off);
-  for (int r = rows; r < MR; ++r) arow[r] = arow[rows - 1];
+  refcg_rows_avx2(j, i0, MR, arow, out_off);
   __m256i acc[REFCG_AVX2_MR_MAX][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -287,18 +285,18 @@ REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, int32_t i0, int32_t 
       }
     }
   }
-  refcg_tile_sums_epi_avx2(j, out_off, nb, acc, rows);
+  refcg_tile_sums_epi_avx2(j, out_off, nb, acc, MR);
 }
 
 /* Rows [r0, r1) of a pair-safe block nb, REFCG_AVX2B_MR at a time; a tail of fewer rows runs
  * a kernel of its size (a dense of batch 1 computes one row, not four). */
 REFCG_INLINE void refcg_rows_avx2b(const refcg_gemm_job* j, int32_t r0, int32_t r1, int32_t nb) {
   int32_t i0 = r0;
-  for (; i0 + REFCG_AVX2B_MR <= r1; i0 += REFCG_AVX2B_MR) refcg_tile_avx2b(j, i0, nb, REFCG_AVX2B_MR, REFCG_AVX2B_MR);
-  switch (r1 - i0) {
-    case 3: refcg_tile_avx2b(j, i0, nb, 3, 3); break;
-    case 2: refcg_tile_avx2b(j, i0, nb, 2, 2); break;
-    case 1: refcg_tile_avx2b(j, i0, nb, 1, 1); break;
+  for (; i0 + REFCG_AVX2B_MR <= r1; i0 += REFCG_AVX2B_MR) refcg_tile_avx2b(j, i0, nb, REFCG_AVX2B_MR);
+  switch (r1 - i0) { /* REFCG_AVX2B_MR is 4 */
+    case 3: refcg_tile_avx2b(j, i0, nb, 3); break;
+    case 2: refcg_tile_avx2b(j, i0, nb, 2); break;
+    case 1: refcg_tile_avx2b(j, i0, nb, 1); break;
     default: break;
   }
 }

@@ -111,7 +111,7 @@ def test_reference_only_conv_compiles_and_matches(tmp_path):
 
 def test_avx2_vpmaddubsw_path_in_exported_model(tmp_path):
     """A conv whose weights all pass the pair proof and a dense with one unit past it, built through
-    relay.build and run in a child process with REFCG_ISA=avx2: bit-exact with TVM-only, and the
+    relay.build and run in a child process with REFCG_ISA=avx2 on 2 threads: bit-exact with TVM-only, and the
     library holds the proof's flags (conv: every block, dense: all but the block of that unit)."""
     from conftest import build_and_load
 
@@ -142,7 +142,9 @@ def test_avx2_vpmaddubsw_path_in_exported_model(tmp_path):
         "for k in inputs.files: g.set_input(k, inputs[k])\n"
         f"g.run(); np.savez({str(tmp_path / 'out.npz')!r}, *[g.get_output(i).numpy() for i in range(2)])\n"
     )
-    subprocess.run([os.sys.executable, "-c", script], env=dict(os.environ, REFCG_ISA="avx2"), check=True, timeout=120)
+    # two threads: each gets a range of row tiles ending inside a block (the 1-3 row tail kernels)
+    env = dict(os.environ, REFCG_ISA="avx2", TVM_NUM_THREADS="2")
+    subprocess.run([os.sys.executable, "-c", script], env=env, check=True, timeout=120)
     got = np.load(tmp_path / "out.npz")
     for i, want in enumerate(reference):
         assert np.array_equal(got[f"arr_{i}"], want), i
