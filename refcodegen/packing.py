@@ -26,7 +26,7 @@ def pack_conv2d_weight(weight: np.ndarray, kernel_layout: str, groups: int, in_c
 
 # ---- accelerated kernels (runtime/include/refcg.h) ----------------------------------------
 # The SIMD kernels read the input shifted into the domain their instructions multiply:
-# uint8 on x86 (vpdpbusd, vpmaddwd), int8 on aarch64 (sdot, smull). Shift s per domain and
+# uint8 on x86 (vpdpbusd, vpmaddubsw, vpmaddwd), int8 on aarch64 (sdot, smull). Shift s per domain and
 # input dtype; the correction corr = bias - (s + izp) * sum(w') makes the shifted sum exact.
 _DOMAIN_SHIFT = {("u8", "int8"): 128, ("u8", "uint8"): 0, ("s8", "int8"): 0, ("s8", "uint8"): -128}
 _DTYPE_RANGE = {"int8": (-128, 127), "uint8": (0, 255)}

@@ -261,7 +261,6 @@ REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, int32_t i0, int32_t n
   refcg_tile_epi_avx2(j, out_off, nb, acc, MR);
 }
 
-
 /* MR rows x 16 channels (block nb) of a block whose weight pairs provably fit int16
  * (refcg_gemm_weights.pair_safe): vpmaddubsw of the 4 input bytes broadcast and 32 weight bytes
  * (8 channels x 4 k, the packed layout as is) gives two exact int16 pair sums per channel,

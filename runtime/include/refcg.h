@@ -226,7 +226,7 @@ REFCG_API int refcg_float_softmax_ref(const refcg_float_softmax_params* p, const
  *
  * Every accelerated kernel computes sum((x - izp) * w') exactly in wrapping int32, like
  * refcg_conv2d_ref. The input is copied once into a "domain" the ISA multiplies natively
- * (uint8 on x86: vpdpbusd/vpmaddwd; int8 on aarch64: sdot/smull), i.e. x + s with
+ * (uint8 on x86: vpdpbusd/vpmaddubsw/vpmaddwd; int8 on aarch64: sdot/smull), i.e. x + s with
  * s in {-128, 0, 128}, padded with izp + s; the packer (refcodegen/packing.py) emits
  * per channel corr = bias - (s + izp) * sum(w') for both domains, so
  *   acc = sum((x + s) * w') + corr = sum((x - izp) * w') + bias   (mod 2^32).
