@@ -26,7 +26,7 @@ def pack_conv2d_weight(weight: np.ndarray, kernel_layout: str, groups: int, in_c
 
 # ---- accelerated kernels (runtime/include/refcg.h) ----------------------------------------
 # The SIMD kernels read the input shifted into the domain their instructions multiply:
-# uint8 on x86 (vpdpbusd, vpmaddwd), int8 on aarch64 (sdot, smull). Shift s per domain and
+# uint8 on x86 (vpdpbusd, vpmaddubsw, vpmaddwd), int8 on aarch64 (sdot, smull). Shift s per domain and
 # input dtype; the correction corr = bias - (s + izp) * sum(w') makes the shifted sum exact.
 _DOMAIN_SHIFT = {("u8", "int8"): 128, ("u8", "uint8"): 0, ("s8", "int8"): 0, ("s8", "uint8"): -128}
 _DTYPE_RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
@@ -34,13 +34,15 @@ _DTYPE_RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
 @dataclass(frozen=True)
 class GemmWeights:
-    """``refcg_gemm_weights``: w' blocked [np/16][kp/4][16][4] int8 and both corrections."""
+    """``refcg_gemm_weights``: w' blocked [np/16][kp/4][16][4] int8, both corrections, and per
+    16-channel block whether AVX2's vpmaddubsw computes it exactly (``pairs_fit_int16``)."""
 
     kp: int
     np: int
     w: np.ndarray
     corr_u8: np.ndarray
     corr_s8: np.ndarray
+    pair_safe: np.ndarray  # uint8 [np/16]
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,21 @@ def _fast_inputs_ok(input_zp: int, in_dtype: str) -> bool:
     return lo <= int(input_zp) <= hi  # padding is stored as one byte in the domain
 
 
+def pairs_fit_int16(blocked: np.ndarray) -> np.ndarray:
+    """Per block of ``blocked`` [nblocks][kp/4][16][4]: 1 when no vpmaddubsw of it can saturate.
+
+    vpmaddubsw sums the products of k = (0, 1) and (2, 3) of each 4-byte group in int16, saturating.
+    Its u8 operand is the domain byte: x ^ 0x80 for int8 inputs, x for uint8, and padding izp (+ 128),
+    any value in [0, 255] for both dtypes (the zero point does not narrow it). A pair's sum is extreme at
+    x = 255 on the weights of one sign and 0 on the others, so it fits int16 for every input iff
+    255 * (max(w0, 0) + max(w1, 0)) <= 32767 and 255 * (min(w0, 0) + min(w1, 0)) >= -32768, i.e.
+    positive part <= 128 and negative part >= -128. Zero padding of k and of channels always passes.
+    """
+    pairs = blocked.astype(np.int32).reshape(blocked.shape[0], -1, 2)
+    pos, neg = np.clip(pairs, 0, None).sum(axis=2), np.clip(pairs, None, 0).sum(axis=2)
+    return ((255 * pos <= 32767) & (255 * neg >= -32768)).all(axis=1).astype(np.uint8)
+
+
 def _block_gemm(folded_nk: np.ndarray, bias, input_zp: int, in_dtype: str) -> GemmWeights:
     """Block w'[n][k] (k already laid out as the kernels walk it, a multiple of 4)."""
     n, k = folded_nk.shape
@@ -93,7 +110,7 @@ def _block_gemm(folded_nk: np.ndarray, bias, input_zp: int, in_dtype: str) -> Ge
     corr_u8, corr_s8 = _corrections(wsum, bias, input_zp, in_dtype)
     pad = np.zeros(np_ - n, np.int32)
     return GemmWeights(kp, np_, np.ascontiguousarray(blocked).reshape(-1),
-                       np.concatenate([corr_u8, pad]), np.concatenate([corr_s8, pad]))
+                       np.concatenate([corr_u8, pad]), np.concatenate([corr_s8, pad]), pairs_fit_int16(blocked))
 
 
 def pack_gemm_weights(weight_nk: np.ndarray, kernel_zp: int, input_zp: int, in_dtype: str,

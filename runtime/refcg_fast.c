@@ -408,7 +408,7 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
     const refcg_gemm_job j = {p->out_h * p->out_w, p->out_w, (int64_t)p->stride_h * wp * cp, (int64_t)p->stride_w * cp, a,
                               nseg, rows_contiguous ? p->kernel_w * cp : cp, seg_off, p->out_c, f->gemm.kp, f->gemm.w,
                               epi, unpack ? (int64_t)p->out_w * p->out_c : p->out_stride[1],
-                              unpack ? p->out_c : p->out_stride[2]};
+                              unpack ? p->out_c : p->out_stride[2], f->gemm.pair_safe};
     const int64_t nblocks = (p->out_c + 15) / 16, ngroups = (nblocks + isa->gemm.nv - 1) / isa->gemm.nv;
     refcg_parallel(isa->gemm.tiles, &j, (j.m + isa->gemm.mr - 1) / isa->gemm.mr * ngroups);
     if (unpack) {

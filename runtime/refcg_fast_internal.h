@@ -51,6 +51,7 @@ typedef struct {
   const int8_t* w;
   refcg_epi epi;
   int64_t o_row_h, o_row_w; /* element strides of the output per output row / per pixel */
+  const uint8_t* pair_safe; /* refcg_gemm_weights.pair_safe: blocks AVX2 runs with vpmaddubsw */
 } refcg_gemm_job;
 
 /* 1x1 stride-1 unpadded conv on planar (NCHW) tensors, pixels in the lanes: out[oc][p] =

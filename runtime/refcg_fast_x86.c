@@ -3,9 +3,10 @@
  *
  * Each section is compiled for its ISA with a target pragma, so no user flag is needed
  * and one library holds all of them; the dispatcher (refcg_fast.c) calls a section only
- * on a CPU that supports it. Inputs are in the uint8 domain. vpmaddubsw is not used: it
- * saturates int16 on full-range data. AVX2 zero-extends the inputs and sign-extends the
- * weights to int16 and uses vpmaddwd, whose pair sums are exact in int32.
+ * on a CPU that supports it. Inputs are in the uint8 domain. AVX2 runs vpmaddubsw (u8 x s8
+ * pairs summed in int16, saturating) only on the 16-channel blocks the packer proved cannot
+ * saturate (refcg_gemm_weights.pair_safe); other blocks zero-extend the inputs and sign-extend
+ * the weights to int16 and use vpmaddwd, whose pair sums are exact in int32.
  * The micro-kernels keep MR rows x several 16-channel blocks in independent accumulators.
  * Each variant is one config (refcg_isa_config, at the end of this file).
  */
@@ -151,6 +152,17 @@ REFCG_INLINE void refcg_store_bytes_avx2(uint8_t* out, __m256i v, int64_t n) {
     memcpy(out, &b, (size_t)n);
 }
 
+/* The driver counts AVX2 tiles as REFCG_AVX2_TABLE_MR-row x 16-channel units (the ISA table's mr,
+ * nv = 1), row units fastest within a channel block; refcg_tiles_avx2 regroups the rows of each
+ * channel block it gets into REFCG_AVX2_MR-row tiles (REFCG_AVX2B_MR on pair-safe blocks). */
+#define REFCG_AVX2_TABLE_MR 2
+#define REFCG_AVX2_MR 3    /* 3 x 4 accumulators + the broadcast input; weights are memory operands */
+#define REFCG_AVX2_WC 192  /* k-steps of widened weights per chunk (24 KB: stays in L1) */
+#define REFCG_AVX2_RG 96   /* rows sharing a chunk; their raw accumulators take 12 KB */
+#define REFCG_AVX2B_MR 4   /* vpmaddubsw tiles: 4 x 2 accumulators, 2 weights, ones, input, 2 products
+                            * (6 rows measured no faster: the epilogue and copies dominate the rest) */
+#define REFCG_AVX2_MR_MAX (REFCG_AVX2B_MR > REFCG_AVX2_MR ? REFCG_AVX2B_MR : REFCG_AVX2_MR)
+
 /* Sum of the two pair-sum lanes per channel: groups g0 (ch 0-3) and g1 (ch 4-7) -> ch 0-7. */
 REFCG_INLINE __m256i refcg_hsum_pairs_avx2(__m256i g0, __m256i g1) {
   return _mm256_permute4x64_epi64(_mm256_hadd_epi32(g0, g1), 0xD8);
@@ -169,17 +181,18 @@ REFCG_INLINE void refcg_rows_avx2(const refcg_gemm_job* j, int32_t i0, int n, co
   }
 }
 
-/* Epilogue of rows (output offsets out_off) x block nb from the pair-sum accumulators. Contiguous
- * channels get the requantize constants and corrections once per tile (not per row), a local
- * copy of rq (the byte stores may alias it) and vector stores. */
-REFCG_INLINE void refcg_tile_epi_avx2(const refcg_gemm_job* j, const int64_t* out_off, int32_t nb, __m256i (*acc)[4],
-                                      int32_t rows) {
+/* Epilogue of rows (output offsets out_off) x block nb from the accumulators of channels 0-7
+ * and 8-15 (sum[r][0], sum[r][1]). Contiguous channels get the requantize constants and
+ * corrections once per tile (not per row), a local copy of rq (the byte stores may alias it)
+ * and vector stores. */
+REFCG_INLINE void refcg_tile_sums_epi_avx2(const refcg_gemm_job* j, const int64_t* out_off, int32_t nb,
+                                           __m256i (*sum)[2], int32_t rows) {
   const int32_t c0 = nb * 16, nvalid = j->n - c0 < 16 ? j->n - c0 : 16;
   if (!j->epi.rq_vector || j->epi.o_c != 1) {
     for (int32_t r = 0; r < rows; ++r) {
       int32_t t[16];
-      _mm256_storeu_si256((__m256i*)t, refcg_hsum_pairs_avx2(acc[r][0], acc[r][1]));
-      _mm256_storeu_si256((__m256i*)(t + 8), refcg_hsum_pairs_avx2(acc[r][2], acc[r][3]));
+      _mm256_storeu_si256((__m256i*)t, sum[r][0]);
+      _mm256_storeu_si256((__m256i*)(t + 8), sum[r][1]);
       refcg_epi_avx2(&j->epi, t, c0, nvalid, out_off[r]);
     }
     return;
@@ -198,14 +211,22 @@ REFCG_INLINE void refcg_tile_epi_avx2(const refcg_gemm_job* j, const int64_t* ou
   for (int32_t r = 0; r < rows; ++r) {
     const int64_t off = out_off[r] + c0;
     for (int32_t h = 0; h < nh; ++h) {
-      const __m256i sum = _mm256_add_epi32(refcg_hsum_pairs_avx2(acc[r][2 * h], acc[r][2 * h + 1]), corr[h]);
-      const __m256i v = refcg_rq_apply_avx2(&rq, sum, &rv[h]);
+      const __m256i v = refcg_rq_apply_avx2(&rq, _mm256_add_epi32(sum[r][h], corr[h]), &rv[h]);
       if (s32)
         _mm256_maskstore_epi32((int*)out + off + 8 * h, mask[h], v);
       else
         refcg_store_bytes_avx2((uint8_t*)out + off + 8 * h, v, nvalid - 8 * h); /* values are in range */
     }
   }
+}
+
+/* The same from vpmaddwd's pair-sum accumulators (4 per row: channels 0-3, 4-7, 8-11, 12-15). */
+REFCG_INLINE void refcg_tile_epi_avx2(const refcg_gemm_job* j, const int64_t* out_off, int32_t nb, __m256i (*acc)[4],
+                                      int32_t rows) {
+  __m256i sum[REFCG_AVX2_MR_MAX][2];
+  for (int32_t r = 0; r < rows; ++r)
+    for (int h = 0; h < 2; ++h) sum[r][h] = refcg_hsum_pairs_avx2(acc[r][2 * h], acc[r][2 * h + 1]);
+  refcg_tile_sums_epi_avx2(j, out_off, nb, sum, rows);
 }
 
 /* 4 input bytes at p zero-extended to int16 in every 64-bit lane (x0..x3 x0..x3 ...): a
@@ -240,13 +261,44 @@ REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, int32_t i0, int32_t n
   refcg_tile_epi_avx2(j, out_off, nb, acc, MR);
 }
 
-/* The driver counts AVX2 tiles as REFCG_AVX2_TABLE_MR-row x 16-channel units (the ISA table's mr,
- * nv = 1), row units fastest within a channel block; refcg_tiles_avx2 regroups the rows of each
- * channel block it gets into REFCG_AVX2_MR-row tiles. */
-#define REFCG_AVX2_TABLE_MR 2
-#define REFCG_AVX2_MR 3    /* 3 x 4 accumulators + the broadcast input; weights are memory operands */
-#define REFCG_AVX2_WC 192  /* k-steps of widened weights per chunk (24 KB: stays in L1) */
-#define REFCG_AVX2_RG 96   /* rows sharing a chunk; their raw accumulators take 12 KB */
+/* MR rows x 16 channels (block nb) of a block whose weight pairs provably fit int16
+ * (refcg_gemm_weights.pair_safe): vpmaddubsw of the 4 input bytes broadcast and 32 weight bytes
+ * (8 channels x 4 k, the packed layout as is) gives two exact int16 pair sums per channel,
+ * vpmaddwd by ones their int32 sum. */
+REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, int32_t i0, int32_t nb, const int MR) {
+  const uint8_t* arow[REFCG_AVX2B_MR];
+  int64_t out_off[REFCG_AVX2B_MR];
+  refcg_rows_avx2(j, i0, MR, arow, out_off);
+  __m256i acc[REFCG_AVX2_MR_MAX][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* wp = j->w + (int64_t)nb * j->kp * 16;
+  for (int32_t s = 0; s < j->nseg; ++s) {
+    const int64_t so = j->seg_off[s];
+    for (int32_t k = 0; k < j->seg_len; k += 4, wp += 64) {
+      const __m256i w0 = _mm256_loadu_si256((const __m256i*)wp), w1 = _mm256_loadu_si256((const __m256i*)(wp + 32));
+      for (int r = 0; r < MR; ++r) {
+        const __m256i a = _mm256_set1_epi32(refcg_load_i32(arow[r] + so + k));
+        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a, w0), ones));
+        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a, w1), ones));
+      }
+    }
+  }
+  refcg_tile_sums_epi_avx2(j, out_off, nb, acc, MR);
+}
+
+/* Rows [r0, r1) of a pair-safe block nb, REFCG_AVX2B_MR at a time; a tail of fewer rows runs
+ * a kernel of its size (a dense of batch 1 computes one row, not four). */
+REFCG_INLINE void refcg_rows_avx2b(const refcg_gemm_job* j, int32_t r0, int32_t r1, int32_t nb) {
+  int32_t i0 = r0;
+  for (; i0 + REFCG_AVX2B_MR <= r1; i0 += REFCG_AVX2B_MR) refcg_tile_avx2b(j, i0, nb, REFCG_AVX2B_MR);
+  switch (r1 - i0) { /* REFCG_AVX2B_MR is 4 */
+    case 3: refcg_tile_avx2b(j, i0, nb, 3); break;
+    case 2: refcg_tile_avx2b(j, i0, nb, 2); break;
+    case 1: refcg_tile_avx2b(j, i0, nb, 1); break;
+    default: break;
+  }
+}
 
 /* nk k-steps (64 bytes each) of one block's weights sign-extended to int16, same layout. */
 REFCG_INLINE void refcg_widen_w_avx2(const int8_t* w, int64_t nk, int16_t* ww) {
@@ -307,6 +359,10 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
     const int32_t r0 = (int32_t)rp0 * REFCG_AVX2_TABLE_MR;
     const int32_t r1 = rp1 * REFCG_AVX2_TABLE_MR < j->m ? (int32_t)rp1 * REFCG_AVX2_TABLE_MR : j->m;
     t += rp1 - rp0;
+    if (j->pair_safe && j->pair_safe[nb]) {
+      refcg_rows_avx2b(j, r0, r1, nb);
+      continue;
+    }
     if (r1 - r0 <= 4 || nk == 0) { /* too few rows to repay the widening (dense 4x1024x1024: 6% slower) */
       for (int32_t i0 = r0; i0 < r1; i0 += 2) {
         if (r1 - i0 == 1)

@@ -119,6 +119,7 @@ class Core:
         s.w = self.ptr(g.w, "int8_t*")
         s.corr_u8 = self.ptr(g.corr_u8, "int32_t*")
         s.corr_s8 = self.ptr(g.corr_s8, "int32_t*")
+        s.pair_safe = self.ptr(g.pair_safe, "uint8_t*")
         self._keep.append(s)
         return s
 

@@ -107,3 +107,45 @@ def test_reference_only_conv_compiles_and_matches(tmp_path):
         lib = relay.build(partitioned, target=TARGET_LLVM)
     source = next(m.get_source() for m in lib.get_lib().imported_modules if m.type_key == "c")
     assert re.search(r"refcg_conv2d_fast \w+_fast = \{\s*\.kind = REFCG_FAST_NONE,", source)
+
+
+def test_avx2_vpmaddubsw_path_in_exported_model(tmp_path):
+    """A conv whose weights all pass the pair proof and a dense with one unit past it, built through
+    relay.build and run in a child process with REFCG_ISA=avx2 on 2 threads: bit-exact with TVM-only, and the
+    library holds the proof's flags (conv: every block, dense: all but the block of that unit)."""
+    from conftest import build_and_load
+
+    CORE.require("avx2")
+    rng = np.random.default_rng(13)
+    x = relay.var("x", shape=(1, 16, 12, 12), dtype="int8")
+    conv = qconv_block(x, rng, in_c=16, out_c=24, per_channel=True, input_zp=-3, output_zp=2, weight_range=(-64, 63))
+    d = relay.var("d", shape=(5, 40), dtype="uint8")
+    w = rng.integers(-64, 64, (40, 40))
+    w[21] = rng.integers(-128, 128, 40)  # block 1 (units 16-31) keeps vpmaddwd
+    dense = relay.qnn.op.dense(d, relay.const(w.astype("int8")), relay.const(128), relay.const(0),
+                               relay.const(np.float32(0.05)), relay.const(np.float32(0.01)), units=40)
+    dense = relay.qnn.op.requantize(dense, relay.const(np.float32(0.0005)), relay.const(0),
+                                    relay.const(np.float32(0.1)), relay.const(-4), out_dtype="int8")
+    mod = module([x, d], relay.Tuple([conv, dense]))
+    inputs = {"x": random_int(rng, (1, 16, 12, 12), "int8"), "d": random_int(rng, (5, 40), "uint8")}
+    reference = run(build_and_load(mod, TARGET_LLVM, tmp_path, "tvm_only"), inputs)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partition_for_refcg(mod), target=TARGET_LLVM)
+    source = "".join(m.get_source() for m in lib.get_lib().imported_modules if m.type_key == "c")
+    assert sorted(re.findall(r"_gsafe\[\d+\] = \{ ([\d, ]+) \}", source)) == ["1, 0, 1", "1, 1"]
+    lib.export_library(str(tmp_path / "refcg.so"))
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    script = (
+        "import sys, numpy as np, tvm\nfrom tvm.contrib import graph_executor\n"
+        f"g = graph_executor.GraphModule(tvm.runtime.load_module({str(tmp_path / 'refcg.so')!r})['default'](tvm.cpu()))\n"
+        f"inputs = np.load({str(tmp_path / 'inputs.npz')!r})\n"
+        "for k in inputs.files: g.set_input(k, inputs[k])\n"
+        f"g.run(); np.savez({str(tmp_path / 'out.npz')!r}, *[g.get_output(i).numpy() for i in range(2)])\n"
+    )
+    # two threads: each gets a range of row tiles ending inside a block (the 1-3 row tail kernels)
+    env = dict(os.environ, REFCG_ISA="avx2", TVM_NUM_THREADS="2")
+    subprocess.run([os.sys.executable, "-c", script], env=env, check=True, timeout=120)
+    got = np.load(tmp_path / "out.npz")
+    for i, want in enumerate(reference):
+        assert np.array_equal(got[f"arr_{i}"], want), i
+        assert len(np.unique(want)) > 8  # not a collapsed output

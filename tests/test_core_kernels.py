@@ -79,14 +79,21 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"c{s[0]}o{s[1]}k{s[3][0]}x{s[3][1]}g{s[7]}")
+# full-range weights on every shape; weights halved (every AVX2 block pair-safe: vpmaddubsw) on three GEMM shapes
+CONV_CASES = [(shape, "full") for shape in SHAPES] + [(shape, "pair_safe") for shape in SHAPES[:3]]
+
+
+@pytest.mark.parametrize("shape,weights", CONV_CASES, ids=lambda c: f"c{c[0]}o{c[1]}k{c[3][0]}x{c[3][1]}g{c[7]}"
+                         if isinstance(c, tuple) else c)
 @pytest.mark.parametrize("layout,in_dtype", [("NHWC", "int8"), ("NCHW", "int8"), ("NHWC", "uint8"), ("NCHW", "uint8")])
-def test_conv_variants_bit_exact(core, isa, shape, layout, in_dtype):
+def test_conv_variants_bit_exact(core, isa, shape, weights, layout, in_dtype):
     in_c, out_c, (h, w), kernel, stride, pad, dilation, groups = shape
     groups = in_c if groups == "dw" else groups
     rng = np.random.default_rng(zlib.crc32(repr((shape, layout, in_dtype)).encode()))
     x_nhwc = full_range(rng, (1, h, w, in_c), in_dtype)
     weight = full_range(rng, (out_c, *kernel, in_c // groups), "int8")
+    if weights == "pair_safe":
+        weight //= 2
     bias = rng.integers(-30000, 30000, out_c).astype(np.int32)
     izp = -7 if in_dtype == "int8" else 131
     x = x_nhwc if layout == "NHWC" else np.ascontiguousarray(x_nhwc.transpose(0, 3, 1, 2))
@@ -98,6 +105,8 @@ def test_conv_variants_bit_exact(core, isa, shape, layout, in_dtype):
     want = numpy_conv_nhwc(x_nhwc, weight, izp, 0, stride, pad, dilation, groups)
     assert np.array_equal(acc if layout == "NHWC" else acc.transpose(0, 2, 3, 1), want)
     assert raw.fast_data is not None
+    if groups == 1:
+        assert raw.fast_data.gemm.pair_safe.all() == (weights == "pair_safe")
     # every variant against the reference, for every requantize mode and both scale kinds
     cases = [("int32", no_requantize())]
     for index, (rounding, compute) in enumerate(MODES):
@@ -295,12 +304,16 @@ def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype):
 
 
 # (100, 1000, 40): AVX2 widens weights per chunk of K (> 768 here: two chunks) for groups of 96 rows
+# weights: full range (AVX2 proves no block pair-safe: vpmaddwd) or within +-64 (every block pair-safe: vpmaddubsw)
 @pytest.mark.parametrize("batch,features,units", [(1, 1024, 1000), (7, 77, 45), (13, 256, 33), (100, 1000, 40)])
 @pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
-def test_dense_variants_match_numpy(core, isa, batch, features, units, in_dtype):
+@pytest.mark.parametrize("weights", ["full", "pair_safe"])
+def test_dense_variants_match_numpy(core, isa, batch, features, units, in_dtype, weights):
     rng = np.random.default_rng(batch * 1000 + features)
     x = full_range(rng, (batch, features), in_dtype)
     weight = full_range(rng, (units, features), "int8")
+    if weights == "pair_safe":
+        weight //= 2
     bias = rng.integers(-100000, 100000, units).astype(np.int32)
     izp = 5 if in_dtype == "int8" else 128
     raw = Dense(core, weight_nk=weight, batch=batch, in_dtype=in_dtype, out_dtype="int32", input_zp=izp, bias=bias,
@@ -314,8 +327,88 @@ def test_dense_variants_match_numpy(core, isa, batch, features, units, in_dtype)
     conv = Conv2D(core, in_shape=(1, batch, 1, features), layout="NHWC", weight_ohwi=weight.reshape(units, 1, 1, -1),
                   in_dtype=in_dtype, input_zp=izp, bias=bias, requant=rq)
     ref = conv.run(x.reshape(1, batch, 1, features), fast=False).reshape(batch, units)
+    assert dense.packed.pair_safe.all() == (weights == "pair_safe")
     assert np.array_equal(raw.run(x), want), isa
     assert np.array_equal(dense.run(x), ref), isa
+
+
+# ---- AVX2 vpmaddubsw: the packer's pair proof (packing.pairs_fit_int16) at its boundary ----
+# weight pairs (k = 2i, 2i + 1) exactly at the limit (positive part 128, negative part -128) and one past it
+AT_LIMIT = [(64, 64), (127, 1), (1, 127), (-64, -64), (-128, 0), (0, -128), (-100, -28), (127, -128)]
+PAST_LIMIT = [(64, 65), (127, 2), (-64, -65), (-128, -1)]
+
+
+def pair_weights(rng, units, features, bad_channels):
+    """units x features weights of AT_LIMIT pairs; bad_channels get a PAST_LIMIT pair every 8 pairs."""
+    pairs = np.array(AT_LIMIT, np.int8)[rng.integers(0, len(AT_LIMIT), (units, features // 2))]
+    for c in bad_channels:
+        pairs[c, ::8] = np.array(PAST_LIMIT, np.int8)[np.arange(pairs[c, ::8].shape[0]) % len(PAST_LIMIT)]
+    return pairs.reshape(units, features)
+
+
+def extreme_rows(rng, rows, features, in_dtype):
+    """Inputs whose domain bytes (x ^ 0x80 for int8) are 0 and 255: all-max rows (every pair at its
+    extreme), all-min rows, alternating and random mixes of the two."""
+    info = np.iinfo(in_dtype)
+    x = np.where(rng.integers(0, 2, (rows, features)) == 1, info.max, info.min)
+    x[0], x[1], x[2, ::2], x[2, 1::2] = info.max, info.min, info.max, info.min
+    return x.astype(in_dtype)
+
+
+def test_pair_proof_boundary():
+    """At the limit a block passes, one pair past it (positive or negative side) fails the whole block."""
+    from refcodegen.packing import pairs_fit_int16
+
+    for pair in AT_LIMIT + PAST_LIMIT:
+        blocked = np.zeros((1, 4, 16, 4), np.int8)
+        blocked[0, 2, 5, 2:] = pair
+        assert pairs_fit_int16(blocked)[0] == (pair in AT_LIMIT), pair
+    rng = np.random.default_rng(3)
+    w = pair_weights(rng, 40, 64, bad_channels=[20])
+    assert Dense(CORE, weight_nk=w, batch=1, requant=no_requantize(), out_dtype="int32").packed.pair_safe.tolist() == [1, 0, 1]
+
+
+@pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
+def test_pair_proof_boundary_bit_exact(core, isa, in_dtype):
+    """Weights at the limit (vpmaddubsw on AVX2) and past it (vpmaddwd) on inputs at 0 and 255 in the
+    domain: a dense and a 3x3 conv bit-exact against numpy and the reference."""
+    rng = np.random.default_rng(11 + len(in_dtype))
+    izp = -7 if in_dtype == "int8" else 131
+    w = pair_weights(rng, 40, 64, bad_channels=[20])
+    x = extreme_rows(rng, 9, 64, in_dtype)
+    dense = Dense(core, weight_nk=w, batch=9, in_dtype=in_dtype, out_dtype="int32", input_zp=izp, requant=no_requantize())
+    assert dense.packed.pair_safe.tolist() == [1, 0, 1]
+    want = (x.astype(np.int64) - izp) @ w.T.astype(np.int64)
+    assert np.array_equal(dense.run(x), want), isa
+    weight = pair_weights(rng, 20, 3 * 3 * 16, bad_channels=[17]).reshape(20, 3, 3, 16)
+    xc = extreme_rows(rng, 7 * 8, 16, in_dtype).reshape(1, 7, 8, 16)
+    conv = Conv2D(core, in_shape=xc.shape, layout="NHWC", weight_ohwi=weight, padding=(1, 1, 1, 1), input_zp=izp,
+                  in_dtype=in_dtype, out_dtype="int32", requant=no_requantize())
+    assert conv.fast_data.gemm.pair_safe.tolist() == [1, 0]
+    want = numpy_conv_nhwc(xc, weight, izp, 0, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert np.array_equal(conv.run(xc), want), isa
+
+
+def test_avx2_runs_vpmaddubsw_where_proven(core):
+    """The AVX2 kernel follows pair_safe: with the flag forced on for the block past the limit it
+    saturates (so the flagged blocks do run vpmaddubsw), with the flag off every block is exact."""
+    core.use_or_skip("avx2")
+    try:
+        rng = np.random.default_rng(5)
+        w = pair_weights(rng, 32, 64, bad_channels=[20])
+        x = extreme_rows(rng, 9, 64, "uint8")
+        dense = Dense(core, weight_nk=w, batch=9, in_dtype="uint8", out_dtype="int32", requant=no_requantize())
+        want = x.astype(np.int64) @ w.T.astype(np.int64)
+        assert dense.packed.pair_safe.tolist() == [1, 0]
+        assert np.array_equal(dense.run(x), want)
+        for flags in ([1, 1], [0, 0]):
+            dense.g.pair_safe = core.ptr(np.array(flags, np.uint8), "uint8_t*")
+            got = dense.run(x)
+            assert np.array_equal(got[:, :20], want[:, :20]) and np.array_equal(got[:, 21:], want[:, 21:])
+            # all-255 row: (64, 65) saturates to 32767, (127, 2) to 32767; the negative pairs likewise
+            assert (got[0, 20] != want[0, 20]) == (flags == [1, 1]), flags
+    finally:
+        core.use(None)
 
 
 def test_kernel_zero_point_folding_and_fallback(core, isa):

@@ -9,6 +9,8 @@ every runner for a batch of iterations in turn; the table shows the best round's
 iteration. With 1 thread every runner (TVM's pool of one, ORT intra_op=1, refcg) computes on
 the calling thread and the clock is that thread's CPU time, which other processes on a shared
 machine do not inflate; with 2 threads it is the wall clock (the load average is printed).
+Where the host runs a better variant, refcg also runs forced to AVX2 (REFCG_ISA=avx2, rows "refcg
+avx2"): what an AVX2-only machine gets. The ISA column names what each row computes with.
 Usage, from the repository root: python -m tools.bench [--only NAME ...] [--threads 1 2] [--rounds 7] [--json PATH]
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np  # noqa: E402
 # best first; the VNNI ones abort on int8 conv/dense with this TVM/LLVM, the others build
 TVM_TARGETS = ["llvm -mcpu=sapphirerapids", "llvm -mcpu=cascadelake", "llvm -mcpu=skylake-avx512",
                "llvm -mcpu=skylake"]
+TVM_AVX2_TARGET = "llvm -mcpu=skylake"  # AVX2 + FMA, no AVX-512
 PEAK_SOURCE = r"""
 #include <immintrin.h>
 #include <stdint.h>
@@ -71,9 +74,27 @@ __attribute__((target("avx2"))) int32_t peak_avx2_vpmaddwd(long iters, int32_t s
   const __m256i a = _mm256_set1_epi32(seed), b = _mm256_set1_epi32(seed + 1);
   PEAK_BODY(__m256i, _mm256_setzero_si256(), MADDWD)
 }
+/* What the AVX2 kernel issues on blocks proven not to saturate: vpmaddubsw (32 MAC), vpmaddwd by
+ * ones, vpaddd; 6 independent chains (6 accumulators + 6 products + 3 operands: 16 ymm on AVX2). */
+#define UBSW(n) "vpmaddubsw %[b], %[a], %%ymm" #n "\n\tvpmaddwd %[o], %%ymm" #n ", %%ymm" #n "\n\t" \
+                "vpaddd %%ymm" #n ", %[c" #n "], %[c" #n "]\n\t"
+__attribute__((target("avx2"))) int32_t peak_avx2_vpmaddubsw(long iters, int32_t seed) {
+  const __m256i a = _mm256_set1_epi32(seed), b = _mm256_set1_epi32(seed + 1), o = _mm256_set1_epi16(1);
+  __m256i c0 = a, c1 = a, c2 = a, c3 = a, c4 = a, c5 = a;
+  for (long i = 0; i < iters; ++i)
+    __asm__ volatile(UBSW(0) UBSW(1) UBSW(2) UBSW(3) UBSW(4) UBSW(5)
+                     : [c0] "+x"(c0), [c1] "+x"(c1), [c2] "+x"(c2), [c3] "+x"(c3), [c4] "+x"(c4), [c5] "+x"(c5)
+                     : [a] "x"(a), [b] "x"(b), [o] "x"(o)
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5");
+  __m256i sum[6] = {c0, c1, c2, c3, c4, c5};
+  int32_t out = 0, lane;
+  for (int j = 0; j < 6; ++j) { memcpy(&lane, &sum[j], 4); out += lane; }
+  return out;
+}
 """
-# MACs per loop iteration (12 instructions): 64 per zmm vpdpbusd, 32 per ymm, 16 per ymm vpmaddwd
-PEAKS = {"avx512vnni": 12 * 64, "avxvnni": 12 * 32, "avx2_vpmaddwd": 12 * 16}
+# MACs per loop iteration: 12 instructions of 64 MAC per zmm vpdpbusd, 32 per ymm, 16 per ymm
+# vpmaddwd; 6 vpmaddubsw chains of 32
+PEAKS = {"avx512vnni": 12 * 64, "avxvnni": 12 * 32, "avx2_vpmaddwd": 12 * 16, "avx2_vpmaddubsw": 6 * 32}
 
 
 def measure_peaks() -> dict:
@@ -83,8 +104,7 @@ def measure_peaks() -> dict:
 
     core = Core()
     ffi = cffi.FFI()
-    ffi.cdef("int32_t peak_avx512vnni(long, int32_t); int32_t peak_avxvnni(long, int32_t);"
-             "int32_t peak_avx2_vpmaddwd(long, int32_t);")
+    ffi.cdef("".join(f"int32_t peak_{name}(long, int32_t);" for name in PEAKS))
     ffi.set_source("_refcg_peak", PEAK_SOURCE, extra_compile_args=["-O3"])
     build = Path(tempfile.gettempdir()) / "refcg-peak"
     build.mkdir(exist_ok=True)
@@ -94,7 +114,7 @@ def measure_peaks() -> dict:
     spec = importlib.util.spec_from_file_location("_refcg_peak", so)
     lib = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lib)
-    supported = {"avx512vnni": "avx512vnni", "avxvnni": "avxvnni", "avx2_vpmaddwd": "avx2"}
+    supported = {"avx512vnni": "avx512vnni", "avxvnni": "avxvnni", "avx2_vpmaddwd": "avx2", "avx2_vpmaddubsw": "avx2"}
     peaks = {}
     for name, macs in PEAKS.items():
         if not core.lib.refcg_isa_supported(supported[name].encode()):
@@ -119,21 +139,28 @@ def _conv(name: str):
     depthwise = name == "dw3x3_32x112"
     c, hw = (32, 112) if depthwise else (64, 56)
     x = relay.var("input", shape=(1, c, hw, hw), dtype="int8")
-    y = qconv(x, rng, in_c=c, out_c=c, groups=c if depthwise else 1, per_channel=name != "conv3x3_pt",
-              input_zp=-2, output_zp=3, output_scale=4.0 if not depthwise else 0.5)
+    y = qconv(x, rng, in_c=c, out_c=c, groups=c if depthwise else 1, per_channel=not name.startswith("conv3x3_pt"),
+              input_zp=-2, output_zp=3, output_scale=4.0 if not depthwise else 0.5,
+              weight_range=W7_RANGE if name.endswith("_w7") else None)
     return y, x
+
+
+def _dense_data(name: str):
+    """m, k, n, weights [n][k] and bias of a dense workload."""
+    m, k, n = {"dense_1x1024x1000": (1, 1024, 1000), "dense_64x512x512": (64, 512, 512)}[name.removesuffix("_w7")]
+    rng = np.random.default_rng(7)
+    lo, hi = W7_RANGE if name.endswith("_w7") else (-128, 127)
+    return m, k, n, rng.integers(lo, hi + 1, (n, k)).astype("int8"), rng.integers(-5000, 5000, n).astype("int32")
 
 
 def _dense(name: str):
     from tvm import relay
 
-    m, k, n = {"dense_1x1024x1000": (1, 1024, 1000), "dense_64x512x512": (64, 512, 512)}[name]
-    rng = np.random.default_rng(7)
+    m, k, n, w, bias = _dense_data(name)
     x = relay.var("input", shape=(m, k), dtype="int8")
-    w = rng.integers(-128, 128, (n, k)).astype("int8")
     y = relay.qnn.op.dense(x, relay.const(w), relay.const(0), relay.const(0), relay.const(np.float32(0.05)),
                            relay.const(np.float32(0.01)), units=n)
-    y = relay.nn.bias_add(y, relay.const(rng.integers(-5000, 5000, n).astype("int32")))
+    y = relay.nn.bias_add(y, relay.const(bias))
     y = relay.qnn.op.requantize(y, relay.const(np.float32(0.0005)), relay.const(0), relay.const(np.float32(4.0)),
                                 relay.const(0), out_dtype="int8")
     return y, x
@@ -148,7 +175,11 @@ def _network(name: str):
 
 
 NETWORKS = ("resnet18_style", "mobilenetv2_style")
-WORKLOADS = ["conv3x3_pt", "conv3x3_pc", "dw3x3_32x112", "dense_1x1024x1000", "dense_64x512x512", *NETWORKS]
+# _w7: weights in [-64, 63], where AVX2 proves vpmaddubsw cannot saturate (TVM's x86 int8 schedules,
+# which use it unproven, are exact there too); the others draw full-range weights
+W7_RANGE = (-64, 63)
+WORKLOADS = ["conv3x3_pt", "conv3x3_pt_w7", "conv3x3_pc", "dw3x3_32x112", "dense_1x1024x1000", "dense_64x512x512",
+             "dense_64x512x512_w7", *NETWORKS]
 
 
 def relay_module(name: str):
@@ -220,6 +251,20 @@ def build_in_child(name: str, target: str, path: str, refcg: bool = False) -> tu
         return False, "SIGILL when run"
     tail = (result.stderr or result.stdout).strip().splitlines()
     return False, f"exit {result.returncode}: {tail[-1] if tail else ''}"[:160]
+
+
+def isa_runner(path: str, x: np.ndarray, isa: str):
+    """graph_runner on a copy of the refcg library with its variant forced: a fresh copy (dlopen would
+    hand back the loaded one, whose core has chosen already) loaded and run once with REFCG_ISA set."""
+    import shutil
+
+    copy = shutil.copy(path, path.replace(".so", f"_{isa}.so"))
+    saved = os.environ.get("REFCG_ISA")
+    os.environ["REFCG_ISA"] = isa
+    try:
+        return graph_runner(copy, x)  # runs once: the core reads REFCG_ISA at its first call
+    finally:
+        os.environ.pop("REFCG_ISA") if saved is None else os.environ.__setitem__("REFCG_ISA", saved)
 
 
 def graph_runner(path: str, x: np.ndarray):
@@ -384,11 +429,16 @@ def main() -> None:
     from tests.core_cffi import Core
 
     peaks = measure_peaks()
-    peak_name = "avx512vnni" if "avx512vnni" in peaks else ("avxvnni" if "avxvnni" in peaks else "avx2_vpmaddwd")
+    peak_name = "avx512vnni" if "avx512vnni" in peaks else ("avxvnni" if "avxvnni" in peaks else "avx2_vpmaddubsw")
     peak = peaks.get(peak_name, float("nan"))
-    print("measured peak, 1 thread (12 independent accumulators): "
+    core = Core()
+    refcg_isa = core.isa_name()
+    # the AVX2 variant beside the best one (REFCG_ISA=avx2): what an AVX2-only machine runs
+    extra_isas = [isa for isa in ("avx2",) if isa != refcg_isa and core.lib.refcg_isa_supported(isa.encode())]
+    print("measured peak, 1 thread (independent accumulators): "
           + ", ".join(f"{k} {v:.1f} GMAC/s" for k, v in peaks.items()))
-    print(f"% of peak below is against {peak_name}; refcg ISA: {Core().isa_name()}; "
+    print(f"% of peak below is against {peak_name} (refcg avx2 rows: avx2_vpmaddubsw); refcg ISA: {refcg_isa}"
+          f"{' (+ ' + ', '.join(extra_isas) + ')' if extra_isas else ''}; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     work = Path(tempfile.mkdtemp(prefix="refcg-bench-"))
     rows = []
@@ -400,28 +450,37 @@ def main() -> None:
         ok, err = build_in_child(name, "llvm", str(work / f"{name}_refcg.so"), refcg=True)
         if ok:
             runners["refcg"], outputs["refcg"] = graph_runner(str(work / f"{name}_refcg.so"), x)
+            for isa in extra_isas:
+                runners[f"refcg {isa}"], outputs[f"refcg {isa}"] = isa_runner(str(work / f"{name}_refcg.so"), x, isa)
         else:
             notes.append(f"refcg build failed: {err}")
         ok, err = build_in_child(name, "llvm", str(work / f"{name}_llvm.so"))
         if ok:
             runners["tvm llvm"], outputs["tvm llvm"] = graph_runner(str(work / f"{name}_llvm.so"), x)
-        for target in TVM_TARGETS:
-            ok, err = build_in_child(name, target, str(work / f"{name}_best.so"))
+        def tvm_runner(target: str) -> bool:
+            path = str(work / f"{name}_{target.split('=')[-1]}.so")
+            ok, err = build_in_child(name, target, path)
             if ok:
                 key = f"tvm {target.split('=')[-1]}"
-                runners[key], outputs[key] = graph_runner(str(work / f"{name}_best.so"), x)
-                break
-            notes.append(f"TVM-only '{target}' did not build or run ({err})")
+                runners[key], outputs[key] = graph_runner(path, x)
+            else:
+                notes.append(f"TVM-only '{target}' did not build or run ({err})")
+            return ok
+
+        best = next((target for target in TVM_TARGETS if tvm_runner(target)), None)
+        if extra_isas and best != TVM_AVX2_TARGET:  # beside refcg's avx2 rows: TVM's peer on AVX2-only x86
+            tvm_runner(TVM_AVX2_TARGET)
         if name in NETWORKS:
             check_not_degenerate(name, outputs)
         onnx_path = onnx_model(name, mod, str(work / f"{name}.onnx"))
         if name.startswith("dense"):  # the GEMM kernel itself (cffi build: 1 thread)
-            runners["refcg core 1T"] = core_dense_runner(name, x)
+            for isa in [refcg_isa, *extra_isas]:
+                runners["refcg core 1T" + ("" if isa == refcg_isa else f" {isa}")] = core_dense_runner(name, x, isa)
         for threads in args.threads:
             set_threads(threads)
             active = dict(runners)
             if threads != 1:
-                active.pop("refcg core 1T", None)
+                active = {k: v for k, v in active.items() if not k.startswith("refcg core 1T")}
             if onnx_path:
                 active["onnxruntime"], outputs["onnxruntime"] = ort_runner(onnx_path, threads)
             # 1 thread: every runner computes on this thread, so its CPU time is the latency
@@ -437,12 +496,15 @@ def main() -> None:
             exact = outputs.get("tvm llvm")
             for runner, seconds in times.items():
                 gmacs = macs / seconds / 1e9
+                isa = runner_isa(runner, refcg_isa)
+                row_peak = peaks.get("avx2_vpmaddubsw", float("nan")) if isa == "avx2" else peak
                 diff = ""
                 if exact is not None and runner in outputs and not runner.startswith("onnx") and name[:4] != "resn" \
                         and name[:4] != "mobi":
                     diff = int(np.abs(outputs[runner]().astype(np.int64) - exact().astype(np.int64)).max())
-                rows.append(dict(workload=name, threads=threads, runner=runner, ms=seconds * 1e3, gmacs=gmacs,
-                                 peak_pct=100 * gmacs / (peak * threads), vs_refcg=seconds * 1e3 / ref_ms, maxdiff_vs_llvm=diff))
+                rows.append(dict(workload=name, threads=threads, runner=runner, isa=isa, ms=seconds * 1e3, gmacs=gmacs,
+                                 peak_pct=100 * gmacs / (row_peak * threads), vs_refcg=seconds * 1e3 / ref_ms,
+                                 maxdiff_vs_llvm=diff))
         print_rows([r for r in rows if r["workload"] == name], macs)
         for note in notes:
             print(f"  note: {note}")
@@ -461,28 +523,42 @@ def check_not_degenerate(name: str, outputs: dict) -> None:
             raise SystemExit(f"{name}: {runner}: degenerate network output, {reason}")
 
 
-def core_dense_runner(name: str, x: np.ndarray):
+def runner_isa(runner: str, refcg_isa: str) -> str:
+    """The instruction set a runner computes with: refcg's variant, TVM's -mcpu, ORT's own choice."""
+    if runner.startswith("refcg"):
+        forced = runner.split()[-1]
+        return forced if forced in ("avx2", "avxvnni", "avx512vnni", "neon", "dotprod", "scalar") else refcg_isa
+    if runner.startswith("tvm"):
+        return "x86-64 (llvm)" if runner == "tvm llvm" else runner.split()[-1] + (" (avx2)" if runner.endswith("skylake") else "")
+    return "MLAS dispatch"
+
+
+def core_dense_runner(name: str, x: np.ndarray, isa: str):
     from tests.core_cffi import Core, Dense
     from refcodegen.numerics import make_requantize
 
-    m, k, n = {"dense_1x1024x1000": (1, 1024, 1000), "dense_64x512x512": (64, 512, 512)}[name]
-    rng = np.random.default_rng(7)
-    w = rng.integers(-128, 128, (n, k)).astype("int8")
-    bias = rng.integers(-5000, 5000, n).astype("int32")
+    m, k, n, w, bias = _dense_data(name)
     rq = make_requantize(np.float32(0.0005), np.float32(4.0), 0, 0, "int8", "UPWARD", "int64")
-    dense = Dense(Core(), weight_nk=w, batch=m, bias=bias, requant=rq)
+    core = Core()
+    dense = Dense(core, weight_nk=w, batch=m, bias=bias, requant=rq)
     out = np.empty((m, n), np.int8)
-    return lambda: dense.run(x, out)
+
+    def run():
+        core.use(isa)  # one process-wide variant: set before every call (an atomic store)
+        return dense.run(x, out)
+
+    return run
 
 
 def print_rows(rows: list, macs: int) -> None:
     if not rows:
         return
     print(f"\n{rows[0]['workload']}  ({macs / 1e6:.1f} M MAC)")
-    print(f"  {'thr':>3} {'runner':<26} {'ms':>9} {'GMAC/s':>8} {'%peak':>6} {'x refcg':>8} {'maxdiff vs llvm':>15}")
+    print(f"  {'thr':>3} {'runner':<26} {'ISA':<16} {'ms':>9} {'GMAC/s':>8} {'%peak':>6} {'x refcg':>8} "
+          f"{'maxdiff vs llvm':>15}")
     for r in rows:
-        print(f"  {r['threads']:>3} {r['runner']:<26} {r['ms']:>9.3f} {r['gmacs']:>8.1f} {r['peak_pct']:>5.1f}% "
-              f"{r['vs_refcg']:>8.2f} {str(r['maxdiff_vs_llvm']):>15}")
+        print(f"  {r['threads']:>3} {r['runner']:<26} {r['isa']:<16} {r['ms']:>9.3f} {r['gmacs']:>8.1f} "
+              f"{r['peak_pct']:>5.1f}% {r['vs_refcg']:>8.2f} {str(r['maxdiff_vs_llvm']):>15}")
 
 
 if __name__ == "__main__":

@@ -226,7 +226,7 @@ REFCG_API int refcg_float_softmax_ref(const refcg_float_softmax_params* p, const
  *
  * Every accelerated kernel computes sum((x - izp) * w') exactly in wrapping int32, like
  * refcg_conv2d_ref. The input is copied once into a "domain" the ISA multiplies natively
- * (uint8 on x86: vpdpbusd/vpmaddwd; int8 on aarch64: sdot/smull), i.e. x + s with
+ * (uint8 on x86: vpdpbusd/vpmaddubsw/vpmaddwd; int8 on aarch64: sdot/smull), i.e. x + s with
  * s in {-128, 0, 128}, padded with izp + s; the packer (refcodegen/packing.py) emits
  * per channel corr = bias - (s + izp) * sum(w') for both domains, so
  *   acc = sum((x + s) * w') + corr = sum((x - izp) * w') + bias   (mod 2^32).
@@ -242,6 +242,8 @@ typedef struct {
   const int8_t* w;
   const int32_t* corr_u8; /* np entries: correction for a uint8-domain input (x86) */
   const int32_t* corr_s8; /* np entries: correction for an int8-domain input (aarch64) */
+  const uint8_t* pair_safe; /* np/16 entries, 1: no vpmaddubsw of the block can saturate, so AVX2 runs
+                               it on the uint8 x int8 path (packing.pairs_fit_int16); NULL: none */
 } refcg_gemm_weights;
 
 /* Extra compile-time data of one conv for the accelerated kernels. */
