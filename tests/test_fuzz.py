@@ -3,6 +3,8 @@ what the strategies draw, and ``python -m fuzzing`` (``make fuzz``) end to end."
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 from tvm import relay
 
 from arm.host import ensure_host
-from fuzzing.chains import ARM_NUMERICS, COPY_OPS, LUT_FORMS, apply_op, build_batch, families, fuzz_batches
+from fuzzing.chains import ARM_CPU, ARM_NUMERICS, COPY_OPS, LUT_FORMS, apply_op, build_batch, families, fuzz_batches
 from fuzzing.check import check_batch
 from test_ops_common import NUMERICS
 
@@ -55,6 +57,12 @@ def test_random_chains_match_tvm_on_aarch64(tmp_path):
             assert not result["refcg build errors"], result["refcg build errors"]
             assert not result["mismatches"], "\n".join(f"{numerics}: {spec!r} max diff {d}"
                                                         for spec, d in result["mismatches"])
+        # a server that dies (or whose session ends) is started again and the run repeated once
+        server = host.servers[ARM_CPU[name]]
+        os.killpg(server.proc.pid, signal.SIGKILL)
+        server.proc.wait()
+        outputs = server.run(tmp_path / name / "refcg.so", {})
+        assert server.restarts == 1 and len(outputs) == len(specs)
     finally:
         host.close()
 
@@ -124,3 +132,22 @@ def test_make_fuzz_adds_up_its_processes(tmp_path):
     assert totals["cases"] + totals["chains TVM-only leaves undefined or gets wrong (not compared)"] \
         + totals["chains TVM-only cannot build (not compared)"] + totals["refcg build errors"] == 5
     assert sum(summary["drawn"].values()) >= 5
+
+
+def test_make_fuzz_survives_a_worker_that_dies(tmp_path):
+    """A worker killed in a batch (here: aborted by the test hook at its 2nd batch; in a campaign: an
+    LLVM assertion or a crashing kernel) loses only that batch: the counters of the batches before it
+    are kept, its chains are replayed one by one in processes of their own, and a new worker checks
+    the chains still to do. The death is reported (exit 1) with the batch in the failures file."""
+    failures = tmp_path / "failures.jsonl"
+    done = subprocess.run([sys.executable, "-m", "fuzzing", "--cases", "6", "--batch", "2", "--seed", "5",
+                           "--jobs", "1", "--numerics", "llvm", "--failures", str(failures)],
+                          capture_output=True, text=True, timeout=900, cwd=TESTS,
+                          env=dict(os.environ, REFCG_FUZZ_ABORT="5:2"))
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-3000:]
+    assert "seed 5: the fuzz process died" in out and "[seed 1005," in out, out[-3000:]
+    summary = out[out.index("fuzz summary"):]
+    assert "processes that died 1" in summary and "mismatches 0" in summary, summary
+    records = [json.loads(line) for line in failures.read_text().splitlines()]
+    assert [r["killed"] for r in records] == ["the batch, no chain alone"] and len(records[0]["specs"]) == 2

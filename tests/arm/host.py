@@ -59,11 +59,16 @@ class Server:
     """``python3-aarch64 -m tvm.exec.rpc_server`` under qemu with a given QEMU_CPU."""
 
     def __init__(self, cpu: str, log_dir: Path):
-        self.cpu = cpu
-        self.port = _free_port()
+        self.cpu, self.log_dir = cpu, log_dir
         self.uploads = 0
-        self.log = open(log_dir / f"rpc-{cpu}.log", "w")
-        env = dict(os.environ, QEMU_CPU=cpu)
+        self.restarts = 0  # servers started again after a lost connection (run())
+        self.log = None
+        self._start()
+
+    def _start(self):
+        self.port = _free_port()
+        self.log = open(self.log_dir / f"rpc-{self.cpu}.log", "a")
+        env = dict(os.environ, QEMU_CPU=self.cpu)
         env.pop("REFCG_ISA", None)  # the dispatcher must pick the variant from the CPU itself
         # Own session: the server re-execs a worker; the whole group is ended at close().
         self.proc = subprocess.Popen(
@@ -82,14 +87,28 @@ class Server:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return rpc.connect("127.0.0.1", self.port, session_timeout=600)
+                # no session_timeout: it bounds the whole session, not a call (a 600 s limit ended
+                # every fuzz-arm campaign after ten minutes with "Broken pipe")
+                return rpc.connect("127.0.0.1", self.port)
             except (tvm.TVMError, RuntimeError, OSError):
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"RPC server ({self.cpu}) did not start; see {self.log.name}")
                 time.sleep(0.5)
 
     def run(self, lib_path: Path, inputs: dict) -> list[np.ndarray]:
-        """Upload an exported aarch64 library, run it through the graph executor, fetch outputs."""
+        """Upload an exported aarch64 library, run it through the graph executor, fetch outputs.
+        A lost connection (the emulated server died) starts a new server and runs once more."""
+        try:
+            return self._run(lib_path, inputs)
+        except (tvm.TVMError, OSError) as error:
+            if self.proc.poll() is None and "Socket" not in str(error) and "closed" not in str(error):
+                raise  # the server is alive: an error of the model itself
+            self.close()
+            self.restarts += 1
+            self._start()
+            return self._run(lib_path, inputs)
+
+    def _run(self, lib_path: Path, inputs: dict) -> list[np.ndarray]:
         # A fresh remote name per upload: dlopen would hand back a still-open library of the same path.
         self.uploads += 1
         name = f"{self.uploads}_{lib_path.name}"

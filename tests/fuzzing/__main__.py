@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from fuzzing.chains import ALL_NUMERICS, ARM_NUMERICS, families, fuzz_batches
-from fuzzing.check import check_batch, run_here
+from fuzzing.check import check_batch, run_here, tvm_only_check
 
 
 def large_constants(layers: int = 11, channels: int = 512) -> int:
@@ -154,6 +155,14 @@ def fuzz(args) -> dict:
     signal.signal(signal.SIGTERM, lambda *_: stop.append(print("\nSIGTERM: stopping after this build", flush=True)))
     drawing = fuzz_batches(args.cases, args.batch, args.seed,
                            **({"numerics": st.sampled_from(args.numerics)} if args.numerics else {}))
+    def counters(finished: bool) -> dict:
+        return {"totals": totals, "timings": timings, "stayed": stayed, "drawn": drawn, "composites": composites,
+                "cpu": cpu_seconds(), "finished": finished}
+
+    in_flight = Path(f"{args.summary}.batch") if args.worker else None
+    # test of the supervision (test_fuzz.py): "SEED:N" aborts the worker of that seed at its Nth batch
+    abort_seed, _, abort_batch = os.environ.get("REFCG_FUZZ_ABORT", "-1:-1").partition(":")
+    started = 0
     try:
         while not stop:
             drawn_at = time.perf_counter()
@@ -161,47 +170,150 @@ def fuzz(args) -> dict:
             timings["hypothesis (drawing)"] += time.perf_counter() - drawn_at
             if specs is None:
                 break
+            if in_flight:  # a build or run that kills this process leaves its batch for the parent to triage
+                in_flight.write_bytes(pickle.dumps((specs, numerics)))
+            started += 1
+            if (args.seed, started) == (int(abort_seed), int(abort_batch)):
+                os.abort()
             check(specs, numerics)
+            if in_flight:
+                write_json(Path(args.summary), counters(False))  # what is vouched for so far
+                in_flight.unlink()
     finally:
         if host is not None:
             host.close()
-    return {"totals": totals, "timings": timings, "stayed": stayed, "drawn": drawn, "composites": composites,
-            "cpu": cpu_seconds()}
+    return counters(True)
+
+
+def write_json(path: Path, value) -> None:
+    """Atomically: a process killed while writing leaves the previous version."""
+    part = path.with_suffix(".part")
+    part.write_text(json.dumps(value))
+    part.replace(path)
+
+
+def _worker(args, tmp: str, name: str, cases: int, seed: int) -> subprocess.Popen:
+    return subprocess.Popen([
+        sys.executable, "-m", "fuzzing", "--worker", "--jobs", "1", "--cases", str(cases), "--batch", str(args.batch),
+        "--seed", str(seed), "--failures", f"{tmp}/failures{name}.jsonl", "--summary", f"{tmp}/summary{name}.json",
+        *(["--numerics", *args.numerics] if args.numerics else [])], cwd=TESTS)
+
+
+def accounted(totals) -> int:
+    """Chains a worker drew and gave a verdict on (compared, or counted apart with a reason)."""
+    return totals.get("cases", 0) + totals.get("chains TVM-only leaves undefined or gets wrong (not compared)", 0) \
+        + totals.get("chains TVM-only cannot build (not compared)", 0) + totals.get("refcg build errors", 0)
 
 
 def fuzz_parallel(args) -> dict:
-    """``args.jobs`` child processes (seeds seed .. seed+jobs-1) sharing ``args.cases``; returns their
-    counters summed. Each child writes its failures apart; they are appended to ``args.failures`` at
-    the end. kill PID stops every child after its current build."""
+    """``args.jobs`` worker processes (seeds seed .. seed+jobs-1) sharing ``args.cases``; returns their
+    counters summed. Each worker writes its failures apart; they are appended to ``args.failures`` at
+    the end. kill PID stops every worker after its current build.
+
+    A worker killed by a build or a run (an LLVM assertion, a crash in a kernel) loses only the batch
+    in flight: its counters are saved after every batch, the batch is triaged chain by chain
+    (``triage``) and a new worker (another seed) checks the chains still to do."""
+    merged = {"totals": Counter(), "timings": Counter(), "stayed": Counter(), "drawn": Counter(),
+              "composites": Counter(), "cpu": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
-        children = []
-        for job in range(args.jobs):
-            cases = args.cases // args.jobs + (job < args.cases % args.jobs)
-            children.append(subprocess.Popen([
-                sys.executable, "-m", "fuzzing", "--jobs", "1", "--cases", str(cases), "--batch", str(args.batch),
-                "--seed", str(args.seed + job), "--failures", f"{tmp}/failures{job}.jsonl",
-                "--summary", f"{tmp}/summary{job}.json", *(["--numerics", *args.numerics] if args.numerics else [])],
-                cwd=Path(__file__).resolve().parent.parent))  # tests/: the package and the modules it imports
-        signal.signal(signal.SIGTERM, lambda *_: [child.terminate() for child in children])
-        codes = [child.wait() for child in children]
-        merged = {"totals": Counter(), "timings": Counter(), "stayed": Counter(), "drawn": Counter(),
-                  "composites": Counter(), "cpu": 0.0}
-        for job, code in enumerate(codes):
-            summary = Path(f"{tmp}/summary{job}.json")
-            if not summary.exists():  # a child that died: its batches cannot be vouched for
-                merged["totals"]["processes that died"] += 1
-                print(f"seed {args.seed + job}: the fuzz process died (exit code {code})", flush=True)
-                continue
-            for key, value in json.loads(summary.read_text()).items():
-                if isinstance(value, dict):
-                    merged[key].update(value)  # keeps zero counts ("mismatches 0"), unlike +
-                else:
-                    merged[key] += value
-            failures = Path(f"{tmp}/failures{job}.jsonl")
-            if failures.exists():
-                with open(args.failures, "a") as out:
-                    out.write(failures.read_text())
+        todo = {job: args.cases // args.jobs + (job < args.cases % args.jobs) for job in range(args.jobs)}
+        running = {job: (0, _worker(args, tmp, f"{job}_0", todo[job], args.seed + job)) for job in todo}
+        signal.signal(signal.SIGTERM, lambda *_: [child.terminate() for _, child in running.values()])
+        while running:
+            time.sleep(0.2)
+            for job, (attempt, child) in list(running.items()):
+                code = child.poll()
+                if code is None:
+                    continue
+                del running[job]
+                name = f"{job}_{attempt}"
+                summary_path = Path(f"{tmp}/summary{name}.json")
+                summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+                if summary is not None:
+                    for key, value in summary.items():
+                        if isinstance(value, dict):
+                            merged[key].update(value)  # keeps zero counts ("mismatches 0"), unlike +
+                        elif key != "finished":
+                            merged[key] += value
+                    todo[job] -= accounted(summary["totals"])
+                failures = Path(f"{tmp}/failures{name}.jsonl")
+                if failures.exists():
+                    with open(args.failures, "a") as out:
+                        out.write(failures.read_text())
+                if summary is not None and summary.get("finished"):
+                    continue
+                in_flight = Path(f"{tmp}/summary{name}.json.batch")
+                print(f"seed {args.seed + job + 1000 * attempt}: the fuzz process died (exit code {code})", flush=True)
+                if not in_flight.exists():  # died outside a batch: nothing to triage, nothing more to trust
+                    merged["totals"]["processes that died"] += 1
+                    continue
+                specs, numerics = pickle.loads(in_flight.read_bytes())
+                merged["totals"].update(triage(specs, numerics, args.failures, tmp))
+                todo[job] -= len(specs)
+                if todo[job] > 0 and attempt < MAX_RESTARTS:
+                    running[job] = (attempt + 1, _worker(args, tmp, f"{job}_{attempt + 1}", todo[job],
+                                                         args.seed + job + 1000 * (attempt + 1)))
+                elif todo[job] > 0:
+                    merged["totals"]["processes that died"] += 1  # gave up: the campaign is short of chains
     return merged
+
+
+MAX_RESTARTS = 5
+TESTS = Path(__file__).resolve().parent.parent  # tests/: the package and the modules it imports
+
+
+def triage(specs, numerics: str, failures: str, tmp: str) -> Counter:
+    """Each chain of a batch that killed its worker, alone, in a process of its own: the whole check,
+    then (if that dies) TVM-only alone. A chain that kills TVM-only is TVM's bug (not compared); one
+    that kills only the refcg side is a refcg failure; a death no single chain repeats is counted
+    as a process that died."""
+    found = Counter()
+    for i, spec in enumerate(specs):
+        path = Path(f"{tmp}/triage{i}.pickle")
+        path.write_bytes(pickle.dumps(([spec], numerics)))
+        verdict = "chains that kill TVM-only (not compared)"
+        for phase in ("whole", "tvm-only"):
+            code = subprocess.run([sys.executable, "-m", "fuzzing", "--replay", str(path), phase], cwd=TESTS,
+                                  capture_output=True, text=True).returncode
+            if code in (0, 1):  # finished (1: with a finding, printed by the replay)
+                verdict = None if phase == "whole" else "chains that kill refcg"
+                break
+        if verdict:
+            found[verdict] += 1
+            print(f"{verdict.upper()} ({numerics}): {spec!r}", flush=True)
+            with open(failures, "a") as out:
+                out.write(json.dumps({"numerics": numerics, "killed": verdict, "spec": dataclasses.asdict(spec)}) + "\n")
+    if not found:
+        found["processes that died"] += 1  # no chain alone repeats it: recorded for a closer look
+        with open(failures, "a") as out:
+            out.write(json.dumps({"numerics": numerics, "killed": "the batch, no chain alone",
+                                  "specs": [dataclasses.asdict(spec) for spec in specs]}) + "\n")
+    return found
+
+
+def replay(path: str, phase: str) -> int:
+    """``--replay FILE whole|tvm-only`` (triage): check a pickled batch, or build, export and run only
+    its TVM-only side. Exit 0: fine, 1: a mismatch or an error (printed); a crash kills the process."""
+    specs, numerics = pickle.loads(Path(path).read_bytes())
+    host = None
+    if numerics in ARM_NUMERICS:
+        from fuzzing.arm import EmulatedHost
+        host = EmulatedHost()
+    runner = host.runner(numerics) if host else run_here
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            if phase == "tvm-only":
+                tvm_only_check(specs, numerics, Path(tmp), runner)
+                return 0
+            result = check_batch(specs, numerics, Path(tmp), merge=True, runner=runner)
+            print(result["mismatches"], result["refcg build errors"], flush=True)
+            return 1 if result["mismatches"] or result["refcg build errors"] else 0
+    except Exception as error:
+        print(f"{type(error).__name__}: {error}", flush=True)
+        return 1
+    finally:
+        if host is not None:
+            host.close()
 
 
 def print_summary(result: dict, jobs: int, elapsed: float) -> None:
@@ -235,14 +347,18 @@ def main() -> int:
     parser.add_argument("--summary", help="also write the counters as JSON (how --jobs collects them)")
     parser.add_argument("--numerics", nargs="+", choices=list(ALL_NUMERICS),
                         help="draw only these numerics (default: all x86 ones, evenly), e.g. float32 for an FMA target")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one of fuzz_parallel's
+    parser.add_argument("--replay", nargs=2, metavar=("PICKLE", "PHASE"), help=argparse.SUPPRESS)
     parser.add_argument("--arm", action="store_true",
                         help="the aarch64 numerics (+neon,+dotprod on QEMU max, +neon on cortex-a53), emulated")
     args = parser.parse_args()
     if args.large_constants:
         return large_constants()
+    if args.replay:
+        return replay(*args.replay)
     if args.arm:
         args.numerics = args.numerics or list(ARM_NUMERICS)
-    if set(args.numerics or ()) & set(ARM_NUMERICS) and not args.summary:  # the parent sets the host up once
+    if set(args.numerics or ()) & set(ARM_NUMERICS) and not args.worker:  # the parent sets the host up once
         import pytest
 
         from arm.host import ensure_host
@@ -252,13 +368,14 @@ def main() -> int:
             print(why, file=sys.stderr)
             return 3
     start = time.time()
-    result = fuzz(args) if args.jobs == 1 else fuzz_parallel(args)
-    if args.summary:  # a child of --jobs: the parent prints the summary
-        Path(args.summary).write_text(json.dumps(result))
-    else:
+    # the top process only supervises (a worker killed by a build is replaced)
+    result = fuzz(args) if args.worker else fuzz_parallel(args)
+    if args.summary:
+        write_json(Path(args.summary), result)
+    if not args.worker:  # a worker's counters are summed and printed by the parent
         print_summary(result, args.jobs, time.time() - start)
     totals = result["totals"]
-    failed = ("mismatches", "build errors", "refcg build errors", "processes that died")
+    failed = ("mismatches", "build errors", "refcg build errors", "processes that died", "chains that kill refcg")
     return 1 if any(totals[key] for key in failed) else 0
 
 

@@ -199,6 +199,15 @@ def max_diff(want: np.ndarray, got: np.ndarray):
     return np.abs(want.astype(np.int64) - got.astype(np.int64)).max(initial=0)
 
 
+def tvm_only_check(specs: list[ChainSpec], numerics: str, tmp_path, runner=run_here) -> list:
+    """Only TVM-only's side of ``check_batch``: build, export and run (the fuzz's triage of a chain
+    that kills the process: does TVM-only alone do it?)."""
+    target, config = ALL_NUMERICS[numerics]
+    with requantize_config(target, config):
+        lib, _, inputs = tvm_only_build(specs, numerics)
+        return _export_and_run(lib, tmp_path / "tvm_only.so", inputs, _Phases(None), "TVM-only", numerics, runner)
+
+
 def check_batch(specs: list[ChainSpec], numerics: str, tmp_path, merge: bool = False, timings=None,
                 runner=run_here) -> dict:
     """Build TVM-only and refcg, compare every chain; returns counts and the mismatching specs.
