@@ -157,3 +157,26 @@ def test_onnx_3d_matmul_offloads(tmp_path, rng, op, a_dtype, b_dtype):
     partitioned = compare_with_tvm(model.mod, inputs, tmp_path, params=model.params, **model.partition_options)
     report = offload_report(partitioned)
     assert report.offloaded_ops["qnn.batch_matmul"] == 1 and not report.stayed, str(report)
+
+
+def test_int32_result_matches_tvm_on_aarch64(tmp_path, rng):
+    """Without a requantize the op is offloaded on aarch64 too: built for +neon,+dotprod, run on the
+    emulated host (QEMU max) against TVM-only's aarch64 build."""
+    from arm.host import TARGET_DOTPROD, Server, ensure_host, export_aarch64
+    from test_arm_models import assert_same
+
+    ensure_host()  # skips, with the reason, where the emulator cannot be installed
+    cases = Cases()
+    x, y = cases.var((3, 5, 8), "uint8", rng), cases.var((1, 10, 8), "int8", rng)
+    cases.add(bmm(x, y, 130, -2))  # y broadcast over the batch
+    cases.add(bmm(x, x, 7, 250))
+    mod = module(cases.params, relay.Tuple(cases.outputs))
+    partitioned = partition_for_refcg(mod, target=TARGET_DOTPROD)
+    assert offload_report(partitioned).offloaded_ops["qnn.batch_matmul"] == 2
+    reference = export_aarch64(mod, TARGET_DOTPROD, tmp_path / "tvm.so")
+    refcg = export_aarch64(partitioned, TARGET_DOTPROD, tmp_path / "refcg.so")
+    server = Server("max", tmp_path)
+    try:
+        assert_same(server.run(reference, cases.inputs), server.run(refcg, cases.inputs))
+    finally:
+        server.close()
