@@ -103,6 +103,16 @@ def dense_sweep(s, rng):
         s.add(f"dense {data_dt}x{w_dt} out {out_dt} req {req}", build)
 
 
+def batch_matmul_sweep(s, rng):
+    for x_dt, y_dt, req in itertools.chain(((x, y, "int8") for x, y in itertools.product(DTYPES, DTYPES)),
+                                           (("uint8", "int8", r) for r in (None, *DTYPES))):
+        def build():
+            y = relay.qnn.op.batch_matmul(s.var((3, 5), x_dt), s.var((4, 5), y_dt), const(1, "int32"),
+                                          const(-2, "int32"), const(0.05), const(0.01))
+            return requantize(y, req) if req else y
+        s.add(f"batch_matmul {x_dt}x{y_dt} req {req}", build)
+
+
 def binary_sweep(s, rng):
     for op, (a_dt, b_dt) in itertools.product((relay.qnn.op.add, relay.qnn.op.subtract, relay.qnn.op.mul),
                                               [(d, d) for d in DTYPES] + [("int8", "uint8"), ("uint8", "int8")]):
@@ -161,8 +171,8 @@ def lut_sweep(s, rng):
             out_dtype=dtype))
 
 
-FAMILIES = [conv_sweep, dense_sweep, binary_sweep, pool_sweep, concatenate_sweep, requantize_sweep,
-            quantize_sweep, lut_sweep]
+FAMILIES = [conv_sweep, dense_sweep, batch_matmul_sweep, binary_sweep, pool_sweep, concatenate_sweep,
+            requantize_sweep, quantize_sweep, lut_sweep]
 
 
 def ops_left_in_tvm(expr) -> list[str]:

@@ -93,18 +93,19 @@ DRAWN = (
     + ["softmax qnn", "softmax float", "qdq", "qdq per axis", "quantize", "quantize per axis", "dequantize",
        "dequantize per axis", "binary rank-0 operand", "conv2d", "conv2d behind an nn.pad", "dense", "concat",
        "requantize", "requantize to int16", "requantize from int16", "requantize to int32", "requantize from int32",
-       "conv2d to int16", "conv2d int32 accumulator kept", "dense int32 accumulator kept"])
+       "conv2d to int16", "conv2d int32 accumulator kept", "dense int32 accumulator kept"]
+    + [f"batch_matmul {form}" for form in ("input", "broadcast", "self")] + ["batch_matmul int32 accumulator kept"])
 
 
 def test_chains_draw_every_family_and_build_as_drawn():
-    """Over 600 chains (all numerics), every family and form of DRAWN appears at least twice, conv or
-    dense chains stay the majority, and each chain's Relay (type-inferred, not built) has the shape and
-    dtype the strategies computed for it."""
-    drawn = [(spec, numerics) for batch, numerics in fuzz_batches(600, 50, seed=0) for spec in batch]
+    """Over 800 chains (all numerics), every family and form of DRAWN appears at least twice, conv,
+    dense or batch_matmul chains stay the majority, and each chain's Relay (type-inferred, not built) has
+    the shape and dtype the strategies computed for it."""
+    drawn = [(spec, numerics) for batch, numerics in fuzz_batches(800, 50, seed=0) for spec in batch]
     counts = Counter(name for spec, _ in drawn for name in families(spec))
     rare = {name: counts[name] for name in DRAWN if counts[name] < 2}
-    assert not rare, f"drawn fewer than twice in 600 chains: {rare}"
-    anchored = sum(any(op["op"] in ("conv2d", "dense") for op in spec.ops) for spec, _ in drawn)
+    assert not rare, f"drawn fewer than twice in 800 chains: {rare}"
+    anchored = sum(any(op["op"] in ("conv2d", "dense", "batch_matmul") for op in spec.ops) for spec, _ in drawn)
     assert anchored > len(drawn) / 2, anchored
     for numerics in {n for _, n in drawn}:
         specs = [spec for spec, n in drawn if n == numerics][:60]

@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 from tvm.relay.op.contrib.register import register_pattern_table
 
 from ..consumers import DequantizeUses
-from . import (binary, concatenate, conv2d, copy, dense, float_softmax, lut, pool2d, quantize, reduce, requantize,
-               softmax)
+from . import (batch_matmul, binary, concatenate, conv2d, copy, dense, float_softmax, lut, pool2d, quantize, reduce,
+               requantize, softmax)
 from .base import folded_cast_input_reason, op_name
 
 COMPILER = "refcg"
 
 # Pattern-table order: MergeComposite tries families in this order.
 FAMILIES = (
-    conv2d, dense, binary, pool2d, concatenate,
+    conv2d, dense, batch_matmul, binary, pool2d, concatenate,
     lut, softmax, float_softmax,  # before quantize: they end in a qnn.quantize that would otherwise run alone
     quantize,
     requantize,  # last of those ending in a requantize: after a conv or dense it is that kernel's epilogue

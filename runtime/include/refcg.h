@@ -299,6 +299,22 @@ REFCG_API const char* refcg_isa_variant(int32_t i, const char** features);
  * returns -1 (0 otherwise). Not for use while other threads run the core. */
 REFCG_API int refcg_set_isa(const char* name);
 
+/* ---- qnn.batch_matmul with run-time operands (refcg_batch_matmul.c) ----
+ * out[b][m][n] = requant(sum_k (x[b'][m][k] - x_zp) * (y[b''][n][k] - y_zp) + bias[n], n), x [x_batch][m][k],
+ * y [y_batch][n][k] (TVM's only form, transpose_b); an operand of batch 1 is broadcast over the batch.
+ * The sum wraps in int32 like TVM's; the partition check keeps it from wrapping. */
+typedef struct {
+  int32_t batch, m, n, k;
+  int32_t x_batch, y_batch; /* batch or 1 */
+  int32_t x_dtype, y_dtype, out_dtype;
+  int32_t x_zp, y_zp;
+  const int32_t* bias; /* [n], NULL when absent */
+  refcg_requant rq;    /* channel = n */
+} refcg_batch_matmul_params;
+
+/* Returns 0, -1 on invalid parameters, -2 when the workspace cannot be allocated. */
+REFCG_API int refcg_batch_matmul(const refcg_batch_matmul_params* p, const void* x, const void* y, void* out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -122,6 +122,22 @@ def dense_op(draw, state, last: bool):
 
 
 @st.composite
+def batch_matmul_op(draw, state, last: bool):
+    """qnn.batch_matmul of the chain's tensor viewed as (n, m, k) with a second run-time operand: a new
+    input of batch n or 1 (broadcast), or the tensor itself (x . x^T)."""
+    features = math.prod(state.shape[1:])
+    m = draw(st.sampled_from([d for d in range(1, min(features, 24) + 1) if features % d == 0]))
+    form = draw(st.sampled_from(["input", "broadcast", "self"]))
+    y_dtype = state.dtype if form == "self" else draw(st.sampled_from(QDTYPES))
+    op = {"op": "batch_matmul", "form": form, "m": m, "n": m if form == "self" else draw(st.integers(1, 20)),
+          "y_dtype": y_dtype, "y_zp": state.zp if form == "self" else draw(zero_points(y_dtype)),
+          "y_scale": state.scale if form == "self" else draw(scales()), "per_channel": draw(st.booleans())}
+    if last and draw(st.booleans()):
+        return {**op, "out_dtype": "int32"}  # int32 accumulator kept as the graph output
+    return {**op, **draw(requantize_out())}
+
+
+@st.composite
 def binary_op(draw, state):
     shape = state.shape
     # broadcast: drop leading dims (all: a rank-0 operand, TFLite's constants), set some to 1
@@ -356,10 +372,14 @@ def chains(draw, max_ops: int = 3, numerics: str | None = None):
             options += [draw(st.sampled_from(GLUE))] * 2
             options += ["dequantize"] * (last and draw(st.integers(0, 4)) == 0)
         kind = draw(st.sampled_from(options))
-        fused = 1 if kind in ("conv2d", "dense") else fused + (kind in ("binary", "requantize", "lut", "softmax"))
+        if kind == "dense" and draw(st.integers(0, 3)) == 0:  # both read the tensor as matrices
+            kind = "batch_matmul"
+        anchor = kind in ("conv2d", "dense", "batch_matmul")
+        fused = 1 if anchor else fused + (kind in ("binary", "requantize", "lut", "softmax"))
         op = {
             "conv2d": lambda: conv_op(state),
             "dense": lambda: dense_op(state, last),
+            "batch_matmul": lambda: batch_matmul_op(state, last),
             "binary": lambda: binary_op(state),
             "pool": lambda: pool_op(state),
             "requantize": lambda: requantize_op(state),
@@ -695,8 +715,30 @@ def _other_layout(layout: str) -> str:
     return "NHWC" if layout == "NCHW" else "NCHW"
 
 
+def _batch_matmul(y, state, op, ctx):
+    n, k = state.shape[0], math.prod(state.shape[1:]) // op["m"]
+    new = _out_state(state, (n, op["m"], op["n"]), op, layout="")
+    if y is None:
+        return None, new
+    x = relay.reshape(y, (n, op["m"], k))
+    if op["form"] == "self":
+        other = x
+    else:
+        shape = (1 if op["form"] == "broadcast" else n, op["n"], k)
+        other = relay.var(f"bmm_y{len(ctx['inputs'])}", shape=shape, dtype=op["y_dtype"])
+        ctx["params"].append(other)
+        ctx["inputs"][other.name_hint] = full_range(ctx["rng"], shape, op["y_dtype"])
+    y = relay.qnn.op.batch_matmul(x, other, _c(state.zp, "int32"), _c(op["y_zp"], "int32"), _c(state.scale),
+                                  _c(op["y_scale"]))
+    if op["out_dtype"] == "int32":
+        return y, new
+    scale = np.float32(state.scale) * np.float32(op["y_scale"])
+    in_scale = (ctx["rng"].uniform(0.5, 2.0, op["n"]) * scale).astype("float32") if op["per_channel"] else scale
+    return _requantize(y, in_scale, 0, op, 2), new
+
+
 FAMILY_BUILDERS = {"lut": _lut, "softmax": _softmax, "qdq": _qdq, "quantize": _quantize, "dequantize": _dequantize,
-                 "reduce": _reduce, "copy": _copy}
+                 "reduce": _reduce, "copy": _copy, "batch_matmul": _batch_matmul}
 
 
 def full_range(rng, shape, dtype):
@@ -827,7 +869,7 @@ def families(spec: ChainSpec) -> list[str]:
             names.append("conv2d behind an nn.pad")
         if any(op.get(key) for key in ("per_axis", "dq_per_axis", "q_per_axis")):
             names.append(f"{kind} per axis")
-        if kind in ("conv2d", "dense") and "out_scale" not in op:
+        if kind in ("conv2d", "dense", "batch_matmul") and "out_scale" not in op:
             names.append(f"{kind} int32 accumulator kept")
         elif kind == "requantize":
             names += [f"requantize from {state.dtype}"] * (state.dtype in WIDE) + [f"requantize to {new.dtype}"] * (
