@@ -255,3 +255,36 @@ def test_cast_to_unsigned_and_its_consumers_stay_in_tvm(tmp_path, rng, numerics)
     for op in ("qnn.add", "cast", "qnn.conv2d", "qnn.dequantize"):
         assert any(o == op and READS_FOLDED in reason for o, reason in stayed), (op, str(report))
     assert report.offloaded_ops["qnn.requantize"] == 2, str(report)
+
+
+# Found 2026-12-01 by make fuzz-arm (seed 500, aarch64-neon): the worker died (SIGABRT). LLVM asserts
+# ("CastInst::Create ... Invalid cast!") while TVM compiles this NHWC uint8 conv (one output channel,
+# dilation (1, 2)) for aarch64; refcg leaves the whole chain in TVM there (the conv feeds a concatenate
+# armfuse cannot decide), so its build aborts too. TVM's bug: the fuzz's triage counts the chain as one
+# that kills TVM-only, not compared.
+KILLS_TVM_AARCH64 = dict(
+    shape=(2, 9, 7, 7), layout="NHWC", dtype="uint8", scale=0.0023907942231744528, zp=0, seed=19513, ops=[
+        {"op": "conv2d", "out_c": 1, "kernel": (2, 1), "strides": (2, 1), "pad": None, "dilation": (1, 2),
+         "padding": (1, 2, 1, 0), "groups": 1, "w_dtype": "int8", "kernel_zp": 0, "per_channel": False,
+         "bias": None, "bias_form": "bias_add", "out_dtype": "uint8", "out_scale": 0.4798126816749573,
+         "out_zp": 33, "rounding": "None", "clip": (193, 246)},
+        {"op": "concat", "axis": 0, "extra": 1, "o_scale": 0.015625, "o_zp": 255, "out_scale": 0.18422052264213562,
+         "out_zp": 128},
+        {"op": "copy", "kind": "maximum", "value": 227, "flip": True}])
+
+
+def test_a_chain_whose_tvm_only_build_aborts_is_triaged_as_tvms(tmp_path):
+    import pickle
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "batch.pickle"
+    path.write_bytes(pickle.dumps(([ChainSpec(**KILLS_TVM_AARCH64)], "aarch64-neon")))
+    done = subprocess.run([sys.executable, "-m", "fuzzing", "--replay", str(path), "tvm-only"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == -signal.SIGABRT and "Invalid cast" in done.stderr, done.stderr[-2000:]
+    with tvm.transform.PassContext(opt_level=3):
+        report = offload_report(partition_for_refcg(build_batch([ChainSpec(**KILLS_TVM_AARCH64)], "aarch64-neon")[0],
+                                                    target=ALL_NUMERICS["aarch64-neon"][0]))
+    assert not report.partitions and all(reason.startswith("aarch64 rounding") for _, _, reason in report.stayed)
