@@ -20,10 +20,11 @@ def patterns() -> list:
 
 def part(src: Buffer, axis: int, out_channels: int, offset: int, dst: Buffer, rq) -> dict:
     """One refcg_requantize_params: ``src`` viewed as [outer][channels][inner] around ``axis``, written
-    at channel ``offset`` of an output with ``out_channels`` along it."""
-    inner = prod(src.shape[axis + 1:])
+    at channel ``offset`` of an output with ``out_channels`` along it (``axis`` of the physical shape)."""
+    shape = src.physical_shape
+    inner = prod(shape[axis + 1:])
     return {
-        "input": src, "outer": prod(src.shape[:axis]), "channels": src.shape[axis],
+        "input": src, "outer": prod(shape[:axis]), "channels": shape[axis],
         "inner": inner, "out_outer_stride": out_channels * inner, "out_offset": offset * inner,
         "in_dtype": DTYPE_CODE[src.dtype], "out_dtype": DTYPE_CODE[dst.dtype], "rq": rq,
     }
