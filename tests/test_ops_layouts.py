@@ -1,13 +1,17 @@
 """Layouts planned across a partition (plan.plan_layouts): an NCHW network keeps its intermediates
 channels last inside the partition, every kernel reads and writes them through strides, the partition's
 inputs and outputs keep their logical layout. Bit-exact against TVM-only, and checked on the plan."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
+import tvm
 from tvm import relay
 
 from conftest import compare_with_tvm, random_int
 from examples.networks import QuantNet
-from refcodegen import codegen
+from refcodegen import codegen, partition_for_refcg
 
 CHANNELS_LAST = (0, 2, 3, 1)  # NCHW stored as NHWC
 # the steps that take re-laid-out tensors (a concatenate runs as requantize parts, one per input)
@@ -96,3 +100,21 @@ def test_kernel_without_the_layout_keeps_its_tensors_logical(tmp_path, rng, monk
     plans = capture_plans(monkeypatch)
     compare_with_tvm(net.module(x, y), {"x": random_int(rng, (1, 8, 10, 10), "int8")}, tmp_path, expect_partitions=1)
     assert [step.output.perm for step in plans[0].steps] == [None, None, CHANNELS_LAST, None]
+
+
+def test_profile_build_reports_every_step(tmp_path):
+    """-DREFCG_PROFILE: each step's CPU time is printed when the library unloads (a child process)."""
+    net = QuantNet(3, "NCHW")
+    x = relay.var("x", shape=(1, 4, 8, 8), dtype="int8")
+    mod = net.module(x, net.max_pool(net.conv(x, 4, 8, 3)))
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partition_for_refcg(mod), target="llvm")
+    path = str(tmp_path / "profiled.so")
+    lib.export_library(path, options=["-DREFCG_PROFILE"])
+    script = ("import sys, numpy as np, tvm\nfrom tvm.contrib import graph_executor\n"
+              "m = graph_executor.GraphModule(tvm.runtime.load_module(sys.argv[1])['default'](tvm.cpu()))\n"
+              "m.set_input(0, np.zeros((1, 4, 8, 8), 'int8'))\nm.run()\nm.run()\n")
+    result = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, check=True)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("refcg profile")]
+    assert [line.split(" ms  ")[1].split(" ")[:2] for line in lines] == [["k0", "conv2d"], ["k1", "pool2d"]], \
+        result.stderr
