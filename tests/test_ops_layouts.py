@@ -118,3 +118,22 @@ def test_profile_build_reports_every_step(tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.startswith("refcg profile")]
     assert [line.split(" ms  ")[1].split(" ")[:2] for line in lines] == [["k0", "conv2d"], ["k1", "pool2d"]], \
         result.stderr
+
+
+def test_elementwise_kernels_keep_the_layout(tmp_path, rng, monkeypatch):
+    """A table op (qnn.sigmoid), a clip and a per-channel qnn.requantize between convs run on the
+    channels-last tensors as they are (one flat run / slabs around the channel axis there)."""
+    net = QuantNet(11, "NCHW")
+    x = relay.var("x", shape=(1, 8, 9, 7), dtype="int8")
+    s, z = relay.const(np.float32(net.act_scale)), relay.const(0)
+    y = relay.qnn.op.sigmoid(net.conv(x, 8, 8, 3), s, z, relay.const(np.float32(1 / 256)), relay.const(-128))
+    y = relay.clip(net.max_pool(y), -100, 90)
+    y = net.add(net.conv(y, 8, 8, 1), y)
+    y = relay.qnn.op.requantize(y, relay.const(rng.uniform(0.05, 0.2, 8).astype("float32")), z,
+                                relay.const(np.float32(net.act_scale * 1.5)), z, axis=1, out_dtype="int8")
+    y = net.conv(y, 8, 4, 3)
+    plans = capture_plans(monkeypatch)
+    compare_with_tvm(net.module(x, y), {"x": random_int(rng, (1, 8, 9, 7), "int8")}, tmp_path, expect_partitions=1)
+    steps = plans[0].steps
+    assert [s.family for s in steps] == ["conv2d", "lut", "pool2d", "copy", "conv2d", "binary", "requantize", "conv2d"]
+    assert all(s.output.perm == CHANNELS_LAST for s in steps[:-1]) and steps[-1].output.perm is None

@@ -249,6 +249,10 @@ class Buffer:
     def physical_shape(self) -> tuple[int, ...]:
         return self.shape if self.perm is None else tuple(self.shape[a] for a in self.perm)
 
+    def physical_axis(self, axis: int) -> int:
+        """Where logical ``axis`` sits in the physical order."""
+        return axis if self.perm is None else self.perm.index(axis)
+
     @property
     def strides(self) -> list[int]:
         """Element strides per logical axis."""

@@ -35,8 +35,7 @@ class Concatenate(OneCall):
 
     def plan(self, name: str, func, srcs, dst, target, ask=None):
         _, scales, zero_points, out_scale, out_zp = self.call.args
-        axis = int(self.call.attrs.axis) % len(dst.shape)
-        axis = dst.perm.index(axis) if dst.perm is not None else axis  # the axis in the physical order
+        axis = dst.physical_axis(int(self.call.attrs.axis) % len(dst.shape))
         rounding, compute = resolve_mode("None", "None", target)
         parts, offset = [], 0
         fields = self.call.args[0].fields

@@ -56,10 +56,15 @@ class Requantize:
         axis = int(req.attrs.axis) % len(shape)
         return self.epilogue.reason(shape[axis], axis, len(shape), require_requantize=True)
 
+    def layout_ok(self, src_perms, dst_perm) -> bool:
+        """Any layout its input and output share: [outer][channels][inner] around the axis there."""
+        return list(src_perms) == [dst_perm]
+
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
-        axis = int(self.epilogue.requantize.attrs.axis) % len(srcs[0].shape)
+        src = srcs[0]
+        axis = src.physical_axis(int(self.epilogue.requantize.attrs.axis) % len(src.shape))
         rq = self.epilogue.requant(target, ask)
-        return step(name, [part(srcs[0], axis, srcs[0].shape[axis], 0, dst, rq)], dst)
+        return step(name, [part(src, axis, src.physical_shape[axis], 0, dst, rq)], dst)
 
 
 def parse(body) -> Requantize:
