@@ -50,6 +50,55 @@ def _consumers(body_fields) -> dict:
     return count
 
 
+# Channels last: the conv kernels' own layout (NHWC reads as a straight copy, no 8x8 transposes
+# on the way in and no unpack on the way out)
+CHANNELS_LAST = (0, 2, 3, 1)
+
+
+def _composite_calls(body_fields) -> list:
+    calls: dict = {}  # in dataflow order
+
+    def visit(node):
+        if isinstance(node, relay.Call) and isinstance(node.op, relay.Function):
+            calls[node] = True
+
+    for expr in body_fields:
+        relay.analysis.post_order_visit(expr, visit)
+    return list(calls)
+
+
+def plan_layouts(body_fields, parsed: dict) -> dict:
+    """The physical axis order of each intermediate tensor (composite call -> perm; absent: logical).
+
+    In a partition whose convs and pools are all NCHW, every 4-D intermediate is stored channels last
+    when the kernel writing it and every kernel reading it take that layout (``layout_ok`` of their
+    parameter objects); partition inputs and outputs stay logical, so the first conv converts on its
+    way in and the last kernel writes the logical layout: no conversion step between two kernels.
+    """
+    layouts = {p.layout() for p in parsed.values() if hasattr(p, "layout")}
+    if layouts != {"NCHW"}:
+        return {}
+    outputs = set(body_fields)
+    perm = {call: CHANNELS_LAST for call in parsed
+            if call not in outputs and isinstance(call.checked_type, relay.TensorType)
+            and len(call.checked_type.shape) == 4}
+    changed = True
+    while changed:  # a kernel that cannot take its tensors' layouts makes them logical
+        changed = False
+        for call, params in parsed.items():
+            src_perms, dst_perm = [perm.get(arg) for arg in call.args], perm.get(call)
+            if not any(src_perms) and dst_perm is None:
+                continue
+            ok = getattr(params, "layout_ok", lambda srcs, dst: not any(srcs) and dst is None)
+            if ok(src_perms, dst_perm):
+                continue
+            # the output alone when that is enough (e.g. a reduction whose result stays logical)
+            dropped = (call,) if dst_perm is not None and ok(src_perms, None) else (*call.args, call)
+            for expr in dropped:
+                changed |= perm.pop(expr, None) is not None
+    return perm
+
+
 class _ScratchPool:
     """Workspace slots for intermediate tensors, reused once their last reader has run."""
 
@@ -94,6 +143,13 @@ def build_plan(func: relay.Function, symbol: str, target, undecided: list | None
     lut.prepare(func, target)  # one TVM build computes every lookup table of the partition
     scratch = _ScratchPool(plan)
     fusion = FusionContext(func, target, undecided) if is_arm_cpu_aarch64(target) else None
+    parsed = {}
+    for call in _composite_calls(body_fields):
+        family = family_of(str(call.op.attrs["Composite"]))
+        if family is None:
+            raise RefcgError(str(call.op.attrs["Composite"]), "composite", "no kernel planner for this composite")
+        parsed[call] = family.parse(call.op.body)
+    perm = plan_layouts(body_fields, parsed)
 
     def visit(expr) -> Buffer:
         if expr in done:
@@ -106,17 +162,15 @@ def build_plan(func: relay.Function, symbol: str, target, undecided: list | None
             return buf
         if not (isinstance(expr, relay.Call) and isinstance(expr.op, relay.Function)):
             raise RefcgError(symbol, "body", f"unexpected {type(expr).__name__} between kernels")
-        composite = str(expr.op.attrs["Composite"])
-        family = family_of(composite)
-        if family is None:
-            raise RefcgError(composite, "composite", "no kernel planner for this composite")
+        family = family_of(str(expr.op.attrs["Composite"]))
         srcs = [visit(arg) for arg in expr.args]
         dst = output_of.get(expr) or scratch.take(expr)
+        dst.perm = perm.get(expr)
         done[expr] = dst
         ask = None
         if fusion is not None and family.NEON_REQUANTIZE:
             ask = lambda operand=None, call=expr: fusion.q31x4(call, operand)  # noqa: E731
-        params = family.parse(expr.op.body)
+        params = parsed[expr]
         plan.steps.append(params.plan(f"k{len(plan.steps)}", expr.op, srcs, dst, target, ask))
         for arg, src in zip(expr.args, srcs):
             readers[arg] -= 1

@@ -241,6 +241,27 @@ class Buffer:
     kind: str  # "input", "output", "scratch" or "const"
     index: int  # argument position for inputs/outputs, slot for scratch
     data: np.ndarray | None = None  # the value of a "const" buffer, embedded in the C source
+    # physical axis order chosen by the planner (plan.py): memory holds the compact tensor of shape
+    # (shape[perm[0]], shape[perm[1]], ...); None is the logical order
+    perm: tuple[int, ...] | None = None
+
+    @property
+    def physical_shape(self) -> tuple[int, ...]:
+        return self.shape if self.perm is None else tuple(self.shape[a] for a in self.perm)
+
+    def physical_axis(self, axis: int) -> int:
+        """Where logical ``axis`` sits in the physical order."""
+        return axis if self.perm is None else self.perm.index(axis)
+
+    @property
+    def strides(self) -> list[int]:
+        """Element strides per logical axis."""
+        physical = compact_strides(self.physical_shape)
+        order = self.perm if self.perm is not None else range(len(self.shape))
+        strides = [0] * len(self.shape)
+        for position, axis in enumerate(order):
+            strides[axis] = physical[position]
+        return strides
 
     @property
     def nbytes(self) -> int:
@@ -310,10 +331,14 @@ def layout_dims(shape, layout: str) -> dict:
     return {axis: shape[layout.index(axis)] for axis in "NHWC"}
 
 
-def layout_strides(shape, layout: str) -> list[int]:
-    """Element strides in batch, height, width, channel order for a compact tensor."""
-    compact = np.cumprod((tuple(shape)[1:] + (1,))[::-1])[::-1]
-    return [int(compact[layout.index(axis)]) for axis in "NHWC"]
+def compact_strides(shape) -> list[int]:
+    return [int(s) for s in np.cumprod((tuple(shape)[1:] + (1,))[::-1], dtype=np.int64)[::-1]]
+
+
+def layout_strides(buf: Buffer, layout: str) -> list[int]:
+    """Element strides of ``buf`` (in its physical layout) in batch, height, width, channel order."""
+    strides = buf.strides
+    return [strides[layout.index(axis)] for axis in "NHWC"]
 
 
 def prod(values) -> int:

@@ -8,7 +8,7 @@ from tvm import relay
 from tvm.relay.dataflow_pattern import is_op, wildcard
 
 from ..numerics import float_lowering, make_requantize, resolve_mode
-from .base import (DTYPE_CODE, Call, Step, any_of, check_clip, check_qparams, check_tensor, const_value, constants,
+from .base import (DTYPE_CODE, Buffer, Call, Step, any_of, check_clip, check_qparams, check_tensor, const_value, constants,
                    dtype_of, first_reason, op_name, operands, out_range, param_index, scalar)
 from .epilogue import q31x4
 
@@ -22,14 +22,14 @@ def patterns() -> list:
     return [(call.optional(lambda x: is_op("clip")(x)), Binary.parse)]
 
 
-def broadcast_strides(shape, out_shape) -> list[int]:
-    """Element strides of a compact ``shape`` broadcast to ``out_shape`` (0 where broadcast)."""
-    shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
-    strides, step = [], 1
-    for dim in reversed(shape):
-        strides.append(step if dim != 1 else 0)
-        step *= dim
-    return strides[::-1]
+def broadcast_strides(src: Buffer, dst: Buffer) -> list[int]:
+    """Element strides of ``src`` (in its physical layout) broadcast to ``dst``'s shape, in the order of
+    ``dst``'s physical axes (0 where broadcast): the kernel writes ``dst`` compact in that order."""
+    lead = len(dst.shape) - len(src.shape)
+    strides = src.strides
+    logical = [0 if axis < lead or src.shape[axis - lead] == 1 else strides[axis - lead]
+               for axis in range(len(dst.shape))]
+    return [logical[axis] for axis in (dst.perm or range(len(dst.shape)))]
 
 
 @dataclass
@@ -63,6 +63,10 @@ class Binary:
             return check_clip(self.clip, out_dtype)
         return reason
 
+    def layout_ok(self, src_perms, dst_perm) -> bool:
+        """Any physical layout of every operand: the kernel reads them through strides."""
+        return True
+
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
         """As TVM 0.19 canonicalizes them (see refcg_eltwise_ref.c)."""
         call = self.call
@@ -92,8 +96,8 @@ class Binary:
             rq_b = make_requantize(const_value(rhs_scale), out_scale, int(scalar(rhs_zp)), out_zp, "int32",
                                    rounding, mode(const_value(rhs_scale), rhs), None, lowering)
         params = {
-            "op": OPS[op_name(call)], "ndim": len(dst.shape), "shape": list(dst.shape),
-            "a_stride": broadcast_strides(a.shape, dst.shape), "b_stride": broadcast_strides(b.shape, dst.shape),
+            "op": OPS[op_name(call)], "ndim": len(dst.shape), "shape": list(dst.physical_shape),
+            "a_stride": broadcast_strides(a, dst), "b_stride": broadcast_strides(b, dst),
             "a_dtype": DTYPE_CODE[a.dtype], "b_dtype": DTYPE_CODE[b.dtype], "out_dtype": DTYPE_CODE[dst.dtype],
             "a_zp": int(scalar(lhs_zp)), "b_zp": int(scalar(rhs_zp)), "out_zp": out_zp, "out_min": lo, "out_max": hi,
         }

@@ -29,9 +29,13 @@ class Concatenate(OneCall):
             reason = reason or check_tensor(x, f"input {i}") or check_qparams(scale, zp, dtype_of(x), f"input {i}")
         return reason or check_qparams(out_scale, out_zp, dtype_of(self.call), "output")
 
+    def layout_ok(self, src_perms, dst_perm) -> bool:
+        """Inputs and output in one physical layout: the slabs follow the axis there."""
+        return all(perm == dst_perm for perm in src_perms)
+
     def plan(self, name: str, func, srcs, dst, target, ask=None):
         _, scales, zero_points, out_scale, out_zp = self.call.args
-        axis = int(self.call.attrs.axis) % len(dst.shape)
+        axis = dst.physical_axis(int(self.call.attrs.axis) % len(dst.shape))
         rounding, compute = resolve_mode("None", "None", target)
         parts, offset = [], 0
         fields = self.call.args[0].fields
@@ -41,8 +45,8 @@ class Concatenate(OneCall):
             neon = q31x4(rounding, compute, const_value(scale), const_value(out_scale), question)
             rq = make_requantize(const_value(scale), const_value(out_scale), int(scalar(zp)), int(scalar(out_zp)),
                                  dst.dtype, rounding, "int64-neon" if neon else compute, None, float_lowering(target))
-            parts.append(requantize.part(src, axis, dst.shape[axis], offset, dst, rq))
-            offset += src.shape[axis]
+            parts.append(requantize.part(src, axis, dst.physical_shape[axis], offset, dst, rq))
+            offset += src.physical_shape[axis]
         return requantize.step(name, parts, dst)
 
 

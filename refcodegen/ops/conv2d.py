@@ -169,6 +169,16 @@ class Conv2D:
         layout = self.conv.attrs.data_layout
         return widths[layout.index("H")], widths[layout.index("W")]
 
+    def layout(self) -> str:
+        return str(self.conv.attrs.data_layout)
+
+    def layout_ok(self, src_perms, dst_perm) -> bool:
+        """Any layout through strides; but a depthwise conv with a channel multiplier has a fast kernel
+        on planes (NCHW) only, so it keeps the logical layout."""
+        attrs, shape = self.conv.attrs, static_shape(self.conv)
+        multiplier = int(attrs.groups) > 1 and shape[attrs.data_layout.index("C")] != int(attrs.groups)
+        return not multiplier or (src_perms[0] is None and dst_perm is None)
+
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
         attrs, src = self.conv.attrs, srcs[0]
         data, weight, in_zp, k_zp, _, _ = self.conv.args
@@ -190,8 +200,8 @@ class Conv2D:
             "out_dtype": DTYPE_CODE[dst.dtype],
             "input_zp": int(const_value(in_zp)),
             "kernel_zp": int(const_value(k_zp).reshape(-1)[0]),
-            "in_stride": layout_strides(src.shape, attrs.data_layout),
-            "out_stride": layout_strides(dst.shape, attrs.data_layout),
+            "in_stride": layout_strides(src, attrs.data_layout),
+            "out_stride": layout_strides(dst, attrs.data_layout),
         }
         bias = self.epilogue.bias_value("qnn.conv2d")
         # int16 (accumulator or requantized): the C core's fast epilogues store int8/uint8/int32 only

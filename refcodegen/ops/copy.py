@@ -191,6 +191,10 @@ class Copy:
                     "offset": 0}
         raise RefcgError(op, "copy", "no data-movement plan for this op")
 
+    def layout_ok(self, src_perms, dst_perm) -> bool:
+        """The elementwise ops (one flat run): any layout their input and output share."""
+        return self.op in ("cast", "clip", *CLAMP_OPS) and list(src_perms) == [dst_perm]
+
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
         op = self.op
         lo, hi = DTYPE_RANGE["int32" if op == "cast" else dst.dtype]  # a cast wraps, it does not saturate

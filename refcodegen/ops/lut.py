@@ -93,6 +93,10 @@ class Lut:
                     return f"{op_name(call)} has a constant of shape {value.shape}, not a scalar"
         return tables.cannot_compute(op_name(self.op), ctx.target)
 
+    def layout_ok(self, src_perms, dst_perm) -> bool:
+        """Elementwise over the flat tensor: any layout its input and output share."""
+        return list(src_perms) == [dst_perm]
+
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
         ops = []
         relay.analysis.post_order_visit(func.body, lambda e: ops.append(op_name(e)) if op_name(e) else None)

@@ -70,6 +70,14 @@ class Pool2D:
                     return "ceil_mode window entirely outside the padded input (TVM divides by a non-positive count)"
         return None
 
+    def layout(self) -> str:
+        return str(self.pool.attrs.layout)
+
+    def layout_ok(self, src_perms, dst_perm) -> bool:
+        """Any layout through strides; the fast kernels: max pools with channels contiguous, average
+        pools only on planes (NCHW), so an average pool keeps the logical layout."""
+        return op_name(self.pool) == "nn.max_pool2d" or (src_perms[0] is None and dst_perm is None)
+
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
         attrs, src = self.pool.attrs, srcs[0]
         layout = str(attrs.layout)
@@ -87,7 +95,7 @@ class Pool2D:
             "is_avg": int(op_name(self.pool) != "nn.max_pool2d"),
             "count_include_pad": int(bool(getattr(attrs, "count_include_pad", False))),
             "in_dtype": DTYPE_CODE[src.dtype], "out_dtype": DTYPE_CODE[dst.dtype],
-            "in_stride": layout_strides(src.shape, layout), "out_stride": layout_strides(dst.shape, layout),
+            "in_stride": layout_strides(src, layout), "out_stride": layout_strides(dst, layout),
         }
         values = {"params": params, "kind": "avg" if params["is_avg"] else "max"}
         return Step(name, NAME, [src], dst, values, [Call("refcg_pool2d", ["params"], [src], dst)])

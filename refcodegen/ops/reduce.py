@@ -79,9 +79,23 @@ class Reduce:
             return f"int32 sum over {count} elements can overflow"
         return None
 
+    def physical_axes(self, perm) -> list[int]:
+        """The reduced axes' positions in the input's physical order (``perm``, None: logical)."""
+        return sorted(perm.index(a) for a in self.axes()) if perm is not None else self.axes()
+
+    def layout_ok(self, src_perms, dst_perm) -> bool:
+        """A re-laid-out input when its reduced axes stay one run and the kept axes keep their order
+        (then [outer][inner] is the output's logical order); the output stays logical."""
+        perm = src_perms[0]
+        if dst_perm is not None or perm is None:
+            return dst_perm is None
+        axes = self.physical_axes(perm)
+        kept = [a for a in perm if a not in self.axes()]
+        return axes == list(range(axes[0], axes[-1] + 1)) and kept == sorted(kept)
+
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
         """Over one contiguous run of axes: the input viewed as [outer][reduce][inner]."""
-        shape, axes = srcs[0].shape, self.axes()
+        shape, axes = srcs[0].physical_shape, self.physical_axes(srcs[0].perm)
         params = {
             "outer": prod(shape[:axes[0]]), "reduce": prod(shape[axes[0]:axes[-1] + 1]),
             "inner": prod(shape[axes[-1] + 1:]), "is_mean": int(op_name(self.reduce) != "sum"),

@@ -20,10 +20,11 @@ def patterns() -> list:
 
 def part(src: Buffer, axis: int, out_channels: int, offset: int, dst: Buffer, rq) -> dict:
     """One refcg_requantize_params: ``src`` viewed as [outer][channels][inner] around ``axis``, written
-    at channel ``offset`` of an output with ``out_channels`` along it."""
-    inner = prod(src.shape[axis + 1:])
+    at channel ``offset`` of an output with ``out_channels`` along it (``axis`` of the physical shape)."""
+    shape = src.physical_shape
+    inner = prod(shape[axis + 1:])
     return {
-        "input": src, "outer": prod(src.shape[:axis]), "channels": src.shape[axis],
+        "input": src, "outer": prod(shape[:axis]), "channels": shape[axis],
         "inner": inner, "out_outer_stride": out_channels * inner, "out_offset": offset * inner,
         "in_dtype": DTYPE_CODE[src.dtype], "out_dtype": DTYPE_CODE[dst.dtype], "rq": rq,
     }
@@ -55,10 +56,15 @@ class Requantize:
         axis = int(req.attrs.axis) % len(shape)
         return self.epilogue.reason(shape[axis], axis, len(shape), require_requantize=True)
 
+    def layout_ok(self, src_perms, dst_perm) -> bool:
+        """Any layout its input and output share: [outer][channels][inner] around the axis there."""
+        return list(src_perms) == [dst_perm]
+
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
-        axis = int(self.epilogue.requantize.attrs.axis) % len(srcs[0].shape)
+        src = srcs[0]
+        axis = src.physical_axis(int(self.epilogue.requantize.attrs.axis) % len(src.shape))
         rq = self.epilogue.requant(target, ask)
-        return step(name, [part(srcs[0], axis, srcs[0].shape[axis], 0, dst, rq)], dst)
+        return step(name, [part(src, axis, src.physical_shape[axis], 0, dst, rq)], dst)
 
 
 def parse(body) -> Requantize:

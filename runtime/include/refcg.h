@@ -275,7 +275,7 @@ REFCG_API int refcg_dense(const refcg_dense_params* p, const refcg_gemm_weights*
 REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const void* b, void* out);
 
 /* nn.max_pool2d / avg pools (refcg_pool2d_params above) through the best variant on planar
- * (NCHW) 8-bit inputs; otherwise refcg_pool2d_ref. */
+ * (NCHW) 8-bit inputs, max pools also with channels contiguous (NHWC); otherwise refcg_pool2d_ref. */
 REFCG_API int refcg_pool2d(const refcg_pool2d_params* p, const void* input, void* output);
 
 /* ---- variant selection ----

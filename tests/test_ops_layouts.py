@@ -1,0 +1,139 @@
+"""Layouts planned across a partition (plan.plan_layouts): an NCHW network keeps its intermediates
+channels last inside the partition, every kernel reads and writes them through strides, the partition's
+inputs and outputs keep their logical layout. Bit-exact against TVM-only, and checked on the plan."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+
+from conftest import compare_with_tvm, random_int
+from examples.networks import QuantNet
+from refcodegen import codegen, partition_for_refcg
+
+CHANNELS_LAST = (0, 2, 3, 1)  # NCHW stored as NHWC
+# the steps that take re-laid-out tensors (a concatenate runs as requantize parts, one per input)
+KERNELS = ("conv2d", "pool2d", "binary", "requantize", "reduce")
+
+
+def chain(layout="NCHW"):
+    """conv -> max pool -> 1x1 conv -> residual add (both operands re-laid out) -> depthwise conv ->
+    concatenate over channels -> 3x3 conv (a partition output) and a global mean (another one)."""
+    net = QuantNet(17, layout)
+    x = relay.var("x", shape=net.shape(1, 8, 12, 12), dtype="int8")
+    a = net.conv(x, 8, 16, 3)
+    p = net.max_pool(a)
+    s = net.add(net.conv(p, 16, 16, 1), p, relu=True)
+    d = net.conv(s, 16, 16, 3, groups=16, relu6=True)
+    scale, zero = relay.const(np.float32(net.act_scale)), relay.const(0)
+    cat = relay.qnn.op.concatenate([s, d], [relay.const(np.float32(net.act_scale * 1.5)), scale], [zero, zero],
+                                   scale, zero, axis=net.axis)
+    out = net.conv(cat, 32, 8, 3, relu=False)
+    return net.module(x, relay.Tuple([out, net.global_pool(cat)])), x
+
+
+def capture_plans(monkeypatch) -> list:
+    """The kernel plans codegen makes, in order."""
+    plans, build_plan = [], codegen.build_plan
+
+    def spy(func, symbol, target):
+        plans.append(build_plan(func, symbol, target))
+        return plans[-1]
+
+    monkeypatch.setattr(codegen, "build_plan", spy)
+    return plans
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_layouts_planned_across_partition(tmp_path, rng, monkeypatch, layout):
+    mod, x = chain(layout)
+    plans = capture_plans(monkeypatch)
+    inputs = {"x": random_int(rng, [int(d) for d in x.type_annotation.shape], "int8")}
+    compare_with_tvm(mod, inputs, tmp_path, expect_partitions=1)
+    (plan,) = plans
+    families = [step.family for step in plan.steps]
+    assert families[:8] == ["conv2d", "pool2d", "conv2d", "binary", "conv2d", "requantize", "conv2d", "reduce"], \
+        families
+    conv_strides = [(s.values["params"]["in_stride"], s.values["params"]["out_stride"])
+                    for s in plan.steps if s.family == "conv2d"]
+    if layout == "NHWC":  # already channels last: nothing to re-lay out
+        assert all(buf.perm is None for s in plan.steps for buf in (*s.inputs, s.output))
+        return
+    for step in plan.steps:
+        for buf in (*step.inputs, step.output):
+            if step.family in KERNELS and buf.kind == "scratch" and not (step.family == "reduce" and buf is step.output):
+                # no conversion step and no transposing copy inside a kernel: every tensor between two
+                # kernels is stored as the kernels compute (channels last)
+                assert buf.perm == CHANNELS_LAST, (step.name, step.family, buf)
+            if buf.kind in ("input", "output"):
+                assert buf.perm is None, (step.name, buf)
+    # the first conv reads the NCHW input (W contiguous), the others read channels last; the last one
+    # writes the NCHW partition output
+    h, w = 12, 12
+    assert conv_strides[0][0] == [8 * h * w, w, 1, h * w]
+    assert all(ins[3] == 1 for ins, _ in conv_strides[1:])
+    assert all(outs[3] == 1 for _, outs in conv_strides[:-1])
+    assert conv_strides[-1][1][2] == 1 and conv_strides[-1][1][3] == 6 * 6
+
+
+def test_partition_output_and_mixed_operands_stay_logical(tmp_path, rng, monkeypatch):
+    """An add of a re-laid-out conv result and a partition input (logical), whose result is a partition
+    output: strided operands of both layouts, the output written in its logical layout."""
+    net = QuantNet(5, "NCHW")
+    x = relay.var("x", shape=(1, 8, 6, 10), dtype="int8")
+    y = net.add(net.conv(net.conv(x, 8, 8, 3), 8, 8, 1), x)
+    plans = capture_plans(monkeypatch)
+    compare_with_tvm(net.module(x, y), {"x": random_int(rng, (1, 8, 6, 10), "int8")}, tmp_path, expect_partitions=1)
+    add = plans[0].steps[-1]
+    assert add.family == "binary" and add.output.kind == "output" and add.output.perm is None
+    assert [b.perm for b in add.inputs] == [CHANNELS_LAST, None]
+
+
+def test_kernel_without_the_layout_keeps_its_tensors_logical(tmp_path, rng, monkeypatch):
+    """A depthwise conv with a channel multiplier has its fast kernel on planes only: the tensors it
+    reads and writes stay NCHW; the tensor between the two later convs is still re-laid out."""
+    net = QuantNet(9, "NCHW")
+    x = relay.var("x", shape=(1, 8, 10, 10), dtype="int8")
+    y = net.conv(net.conv(net.conv(net.conv(x, 8, 8, 3), 8, 16, 3, groups=8), 16, 8, 1), 8, 8, 3)
+    plans = capture_plans(monkeypatch)
+    compare_with_tvm(net.module(x, y), {"x": random_int(rng, (1, 8, 10, 10), "int8")}, tmp_path, expect_partitions=1)
+    assert [step.output.perm for step in plans[0].steps] == [None, None, CHANNELS_LAST, None]
+
+
+def test_profile_build_reports_every_step(tmp_path):
+    """-DREFCG_PROFILE: each step's CPU time is printed when the library unloads (a child process)."""
+    net = QuantNet(3, "NCHW")
+    x = relay.var("x", shape=(1, 4, 8, 8), dtype="int8")
+    mod = net.module(x, net.max_pool(net.conv(x, 4, 8, 3)))
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(partition_for_refcg(mod), target="llvm")
+    path = str(tmp_path / "profiled.so")
+    lib.export_library(path, options=["-DREFCG_PROFILE"])
+    script = ("import sys, numpy as np, tvm\nfrom tvm.contrib import graph_executor\n"
+              "m = graph_executor.GraphModule(tvm.runtime.load_module(sys.argv[1])['default'](tvm.cpu()))\n"
+              "m.set_input(0, np.zeros((1, 4, 8, 8), 'int8'))\nm.run()\nm.run()\n")
+    result = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, check=True)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("refcg profile")]
+    assert [line.split(" ms  ")[1].split(" ")[:2] for line in lines] == [["k0", "conv2d"], ["k1", "pool2d"]], \
+        result.stderr
+
+
+def test_elementwise_kernels_keep_the_layout(tmp_path, rng, monkeypatch):
+    """A table op (qnn.sigmoid), a clip and a per-channel qnn.requantize between convs run on the
+    channels-last tensors as they are (one flat run / slabs around the channel axis there)."""
+    net = QuantNet(11, "NCHW")
+    x = relay.var("x", shape=(1, 8, 9, 7), dtype="int8")
+    s, z = relay.const(np.float32(net.act_scale)), relay.const(0)
+    y = relay.qnn.op.sigmoid(net.conv(x, 8, 8, 3), s, z, relay.const(np.float32(1 / 256)), relay.const(-128))
+    y = relay.clip(net.max_pool(y), -100, 90)
+    y = net.add(net.conv(y, 8, 8, 1), y)
+    y = relay.qnn.op.requantize(y, relay.const(rng.uniform(0.05, 0.2, 8).astype("float32")), z,
+                                relay.const(np.float32(net.act_scale * 1.5)), z, axis=1, out_dtype="int8")
+    y = net.conv(y, 8, 4, 3)
+    plans = capture_plans(monkeypatch)
+    compare_with_tvm(net.module(x, y), {"x": random_int(rng, (1, 8, 9, 7), "int8")}, tmp_path, expect_partitions=1)
+    steps = plans[0].steps
+    assert [s.family for s in steps] == ["conv2d", "lut", "pool2d", "copy", "conv2d", "binary", "requantize", "conv2d"]
+    assert all(s.output.perm == CHANNELS_LAST for s in steps[:-1]) and steps[-1].output.perm is None
