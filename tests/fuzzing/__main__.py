@@ -262,28 +262,39 @@ MAX_RESTARTS = 5
 TESTS = Path(__file__).resolve().parent.parent  # tests/: the package and the modules it imports
 
 
+# --replay exit codes (0: compared, equal); anything else, a signal included, is a process that died
+REPLAY = {11: "mismatches", 12: "refcg build errors", 13: "chains TVM-only cannot build (not compared)",
+          14: "build errors"}
+
+
 def triage(specs, numerics: str, failures: str, tmp: str) -> Counter:
-    """Each chain of a batch that killed its worker, alone, in a process of its own: the whole check,
-    then (if that dies) TVM-only alone. A chain that kills TVM-only is TVM's bug (not compared); one
-    that kills only the refcg side is a refcg failure; a death no single chain repeats is counted
-    as a process that died."""
+    """Each chain of a batch that killed its worker, alone, in a process of its own: the whole check
+    (counted like any chain), then, if that dies, TVM-only alone. A chain that kills TVM-only is TVM's
+    bug (not compared); one that kills only the refcg side is a refcg failure; a death no single
+    chain repeats is counted as a process that died."""
     found = Counter()
     for i, spec in enumerate(specs):
         path = Path(f"{tmp}/triage{i}.pickle")
         path.write_bytes(pickle.dumps(([spec], numerics)))
-        verdict = "chains that kill TVM-only (not compared)"
-        for phase in ("whole", "tvm-only"):
-            code = subprocess.run([sys.executable, "-m", "fuzzing", "--replay", str(path), phase], cwd=TESTS,
-                                  capture_output=True, text=True).returncode
-            if code in (0, 1):  # finished (1: with a finding, printed by the replay)
-                verdict = None if phase == "whole" else "chains that kill refcg"
-                break
-        if verdict:
-            found[verdict] += 1
-            print(f"{verdict.upper()} ({numerics}): {spec!r}", flush=True)
-            with open(failures, "a") as out:
-                out.write(json.dumps({"numerics": numerics, "killed": verdict, "spec": dataclasses.asdict(spec)}) + "\n")
-    if not found:
+        whole = subprocess.run([sys.executable, "-m", "fuzzing", "--replay", str(path), "whole"], cwd=TESTS,
+                               capture_output=True, text=True)
+        if whole.returncode == 0 or whole.returncode in REPLAY:
+            found["cases" if whole.returncode == 0 else REPLAY[whole.returncode]] += 1
+            if whole.returncode in (11, 12, 14):
+                print(f"{REPLAY[whole.returncode].upper()} ({numerics}, replayed alone): {spec!r}\n"
+                      f"{whole.stdout[-1000:]}", flush=True)
+                with open(failures, "a") as out:
+                    out.write(json.dumps({"numerics": numerics, "replayed": REPLAY[whole.returncode],
+                                          "output": whole.stdout[-2000:], "spec": dataclasses.asdict(spec)}) + "\n")
+            continue
+        alone = subprocess.run([sys.executable, "-m", "fuzzing", "--replay", str(path), "tvm-only"], cwd=TESTS,
+                               capture_output=True, text=True).returncode
+        verdict = "chains that kill refcg" if alone in (0, 14) else "chains that kill TVM-only (not compared)"
+        found[verdict] += 1
+        print(f"{verdict.upper()} ({numerics}): {spec!r}", flush=True)
+        with open(failures, "a") as out:
+            out.write(json.dumps({"numerics": numerics, "killed": verdict, "spec": dataclasses.asdict(spec)}) + "\n")
+    if not any(key.startswith("chains that kill") for key in found):
         found["processes that died"] += 1  # no chain alone repeats it: recorded for a closer look
         with open(failures, "a") as out:
             out.write(json.dumps({"numerics": numerics, "killed": "the batch, no chain alone",
@@ -292,8 +303,8 @@ def triage(specs, numerics: str, failures: str, tmp: str) -> Counter:
 
 
 def replay(path: str, phase: str) -> int:
-    """``--replay FILE whole|tvm-only`` (triage): check a pickled batch, or build, export and run only
-    its TVM-only side. Exit 0: fine, 1: a mismatch or an error (printed); a crash kills the process."""
+    """``--replay FILE whole|tvm-only`` (triage): check a pickled one-chain batch (exit 0 or a ``REPLAY``
+    code), or build, export and run only its TVM-only side (0, or 14 for an error); a crash kills it."""
     specs, numerics = pickle.loads(Path(path).read_bytes())
     host = None
     if numerics in ARM_NUMERICS:
@@ -308,10 +319,14 @@ def replay(path: str, phase: str) -> int:
                 return 0
             result = check_batch(specs, numerics, Path(tmp), merge=True, runner=runner)
             print(result["mismatches"], result["refcg build errors"], flush=True)
-            return 1 if result["mismatches"] or result["refcg build errors"] else 0
+            if result["mismatches"]:
+                return 11
+            if result["refcg build errors"]:
+                return 12
+            return 0 if result["cases"] else 13  # TVM-only leaves it undefined or cannot build it
     except Exception as error:
         print(f"{type(error).__name__}: {error}", flush=True)
-        return 1
+        return 14
     finally:
         if host is not None:
             host.close()
