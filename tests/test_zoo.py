@@ -25,11 +25,10 @@ EXPECTED = {
     "keras_efficientnet_b0": (1, {}),  # 199 s
     "keras_resnet50": (1, {}),  # 84 s
     "googlenet": (1, {}),  # 182 s
-    # partitions measured by partitioning alone (their builds had not finished at the commit):
-    "resnet50": (1, {}),
-    "inception_v3": (1, {}),
+    "resnet50": (1, {}),  # 167 s
+    "inception_v3": (1, {}),  # partitions measured by partitioning alone
     # squeeze-excite's hard sigmoid is float in torchvision (dequantize, add 3, clip, divide by 6): 8 times
-    "mobilenet_v3_large": (9, {"qnn.dequantize": 8}),
+    "mobilenet_v3_large": (9, {"qnn.dequantize": 8}),  # 220 s
     # the global pool is a float mean (x.mean([2, 3]) after dequantize): the head is a second partition
     "shufflenet_v2_x1_0": (2, {"qnn.dequantize": 1}),  # 184 s
 }
