@@ -52,7 +52,8 @@ class Network:
                 traced.save(path)
                 np.save(path + ".npy", example)
             return Built(self, size, path, {"input": (1, 3, size, size)}, {"input": example}, traced)
-        path = tflite_models.make_tflite(self.name.removeprefix("keras_"), size=size, seed=seed, classes=1000, **self.options)
+        path = tflite_models.make_tflite(self.name.removeprefix("keras_"), size=size, seed=seed, classes=1000,
+                                         **self.options)
         return Built(self, size, path, None, None, None)
 
 
