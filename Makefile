@@ -6,7 +6,7 @@ STAMP := $(VENV)/.refcg-installed
 SOURCES := pyproject.toml $(wildcard refcodegen/*.py refcodegen/ops/*.py templates/* runtime/* runtime/include/*)
 export TOPHUB_LOCATION := NONE
 
-.PHONY: demo test test-networks test-arm bench fuzz fuzz-arm fuzz-large install clean
+.PHONY: demo test test-networks test-arm bench bench-networks fuzz fuzz-arm fuzz-large install clean
 
 # tools/ run from the repository root as modules: examples/ (the example models, not in the wheel)
 # imports from the checkout
@@ -44,6 +44,12 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m tools.bench
+
+# The zoo (examples/zoo.py) at real input sizes vs PyTorch fbgemm, LiteRT, ONNX Runtime: a build per
+# network and target, so apart from `make bench` (BENCH_ARGS="--networks resnet18 --threads 1")
+BENCH_ARGS ?= --networks
+bench-networks: $(BENCH_STAMP)
+	$(BIN)/python -m tools.bench $(BENCH_ARGS)
 
 # Random QNN chains against TVM-only, 20 per build, one process per core (tests/fuzzing;
 # e.g. FUZZ_ARGS="--cases 2000 --seed 3 --jobs 2"); fuzz-arm: the same for aarch64 (+neon,+dotprod on

@@ -11,7 +11,11 @@ the calling thread and the clock is that thread's CPU time, which other processe
 machine do not inflate; with 2 threads it is the wall clock (the load average is printed).
 Where the host runs a better variant, refcg also runs forced to AVX2 (REFCG_ISA=avx2, rows "refcg
 avx2"): what an AVX2-only machine gets. The ISA column names what each row computes with.
+Networks (--networks [NAME ...], `make bench-networks`): the zoo (examples/zoo.py) at its real input size
+(--size N for a smaller one), refcg and TVM-only vs the runtimes its users run on the same converted model:
+PyTorch fbgemm and ONNX Runtime (torch.onnx.export) for torchvision's, LiteRT with XNNPACK for the .tflite.
 Usage, from the repository root: python -m tools.bench [--only NAME ...] [--threads 1 2] [--rounds 7] [--json PATH]
+                                 python -m tools.bench --networks [NAME ...] [--size N] [--threads 1 2] [--rounds 7]
 """
 from __future__ import annotations
 
@@ -182,10 +186,67 @@ WORKLOADS = ["conv3x3_pt", "conv3x3_pt_w7", "conv3x3_pc", "dw3x3_32x112", "dense
              "dense_64x512x512_w7", *NETWORKS]
 
 
+# ---------------------------------------------------------------- the zoo: workloads named "<network>@<size>"
+_zoo_built = {}  # workload -> (zoo.Built, refcodegen Model), this process's
+
+
+def zoo_workload(name: str):
+    """(zoo.Network, size) of a "<network>@<size>" workload, or None."""
+    from examples import zoo
+
+    network, _, size = name.partition("@")
+    return (zoo.NETWORKS[network], int(size)) if size and network in zoo.NETWORKS else None
+
+
+def zoo_model(name: str):
+    """(zoo.Built, Model) of a zoo workload: built once (the .pt file is reused by the children)."""
+    if name not in _zoo_built:
+        network, size = zoo_workload(name)
+        built = network.build(os.environ["REFCG_ZOO_DIR"], size)  # this run's directory, shared with its children
+        _zoo_built[name] = built, built.model()
+    return _zoo_built[name]
+
+
+def zoo_peers(name: str, threads: int, x: np.ndarray) -> tuple[dict, dict]:
+    """Runners and outputs of the runtimes the network's users run, on the same converted model and input."""
+    from examples import zoo
+    from refcodegen import runner
+
+    built, _ = zoo_model(name)
+    runners, outputs = {}, {}
+    if zoo.PYTORCH in built.network.peers:
+        import torch
+
+        torch.backends.quantized.engine = "fbgemm"
+        torch.set_num_threads(threads)
+        tensor, result = torch.from_numpy(x), {}
+
+        def run_torch():
+            with torch.no_grad():
+                result["y"] = built.traced(tensor)
+
+        run_torch()
+        runners[zoo.PYTORCH], outputs[zoo.PYTORCH] = run_torch, lambda: result["y"].numpy()
+    if zoo.LITERT in built.network.peers:
+        interpreter = runner.litert_interpreter(built.path, threads)
+        feed, result = {interpreter.get_input_details()[0]["name"]: x}, {}
+
+        def run_litert():
+            result["y"] = runner.litert_run(interpreter, feed)[0]
+
+        run_litert()
+        runners[zoo.LITERT], outputs[zoo.LITERT] = run_litert, lambda: result["y"]
+    return runners, outputs
+
+
 def relay_module(name: str):
     import tvm
     from tvm import relay
 
+    if zoo_workload(name):
+        from refcodegen import runner
+
+        return runner.prepared(zoo_model(name)[1])
     if name in NETWORKS:
         return _network(name)
     y, x = _dense(name) if name.startswith("dense") else _conv(name)
@@ -216,9 +277,12 @@ def count_macs(mod) -> int:
     return total[0]
 
 
-def example_input(mod) -> np.ndarray:
+def example_input(mod, name: str = "") -> np.ndarray:
     from tvm import relay
 
+    if zoo_workload(name):  # the framework's example (a float image for PyTorch), one input
+        built, model = zoo_model(name)
+        return next(iter(built.example(model).values()))
     ttype = relay.transform.InferType()(mod)["main"].params[0].checked_type
     return np.random.default_rng(3).integers(-128, 128, [int(d) for d in ttype.shape]).astype(str(ttype.dtype))
 
@@ -233,13 +297,13 @@ def build_child(name: str, target: str, path: str, refcg: bool) -> None:
     if refcg:
         from refcodegen import partition_for_refcg
 
-        mod = partition_for_refcg(mod)
+        mod = partition_for_refcg(mod, fold_batch_norm=not zoo_workload(name))  # zoo: prepared already
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target=target)
     lib.export_library(path)
     # run it once here too: e.g. a sapphirerapids dense builds but executes AMX instructions the
     # process may not use (SIGILL), which must not kill the benchmark process
-    graph_runner(path, example_input(mod))
+    graph_runner(path, example_input(mod, name))
 
 
 def build_in_child(name: str, target: str, path: str, refcg: bool = False) -> tuple[bool, str]:
@@ -288,6 +352,8 @@ def onnx_model(name: str, mod, path: str) -> str | None:
         return None
     from onnx import TensorProto, helper, numpy_helper
 
+    if zoo_workload(name):
+        return zoo_model(name)[0].onnx()[0]
     if name in NETWORKS:
         return _onnx_network(name, path)
     call = mod["main"].body
@@ -419,13 +485,23 @@ def main() -> None:
     parser.add_argument("--threads", nargs="*", type=int, default=[1, 2])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--networks", nargs="*", default=None, help="zoo networks (default: all of them)")
+    parser.add_argument("--size", type=int, default=None, help="zoo input size (default: each network's own)")
     parser.add_argument("--build-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.build_child:
         name, target, path, refcg = args.build_child
         build_child(name, target, path, refcg == "1")
         return
+    if args.networks is not None:
+        from examples import zoo
 
+        unknown = sorted(set(args.networks) - set(zoo.NETWORKS))
+        if unknown:
+            parser.error(f"unknown networks {unknown} (known: {', '.join(zoo.NETWORKS)})")
+        args.only = [f"{n}@{args.size or zoo.NETWORKS[n].size}" for n in args.networks or zoo.NETWORKS]
+
+    from refcodegen import runner as runner_module
     from tests.core_cffi import Core
 
     peaks = measure_peaks()
@@ -441,11 +517,12 @@ def main() -> None:
           f"{' (+ ' + ', '.join(extra_isas) + ')' if extra_isas else ''}; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     work = Path(tempfile.mkdtemp(prefix="refcg-bench-"))
+    os.environ["REFCG_ZOO_DIR"] = str(work)
     rows = []
     for name in args.only:
         mod = relay_module(name)
         macs = count_macs(mod)
-        x = example_input(mod)
+        x = example_input(mod, name)
         runners, notes, outputs = {}, [], {}
         ok, err = build_in_child(name, "llvm", str(work / f"{name}_refcg.so"), refcg=True)
         if ok:
@@ -470,9 +547,13 @@ def main() -> None:
         best = next((target for target in TVM_TARGETS if tvm_runner(target)), None)
         if extra_isas and best != TVM_AVX2_TARGET:  # beside refcg's avx2 rows: TVM's peer on AVX2-only x86
             tvm_runner(TVM_AVX2_TARGET)
-        if name in NETWORKS:
+        if name in NETWORKS or zoo_workload(name):
             check_not_degenerate(name, outputs)
         onnx_path = onnx_model(name, mod, str(work / f"{name}.onnx"))
+        if zoo_workload(name):
+            notes.append(f"refcg built for target 'llvm' (int64 fixed-point requantize), computing with {refcg_isa}")
+            if not onnx_path:
+                notes.append(f"no ONNX Runtime row: {zoo_model(name)[0].onnx()[1]}")
         if name.startswith("dense"):  # the GEMM kernel itself (cffi build: 1 thread)
             for isa in [refcg_isa, *extra_isas]:
                 runners["refcg core 1T" + ("" if isa == refcg_isa else f" {isa}")] = core_dense_runner(name, x, isa)
@@ -483,15 +564,22 @@ def main() -> None:
                 active = {k: v for k, v in active.items() if not k.startswith("refcg core 1T")}
             if onnx_path:
                 active["onnxruntime"], outputs["onnxruntime"] = ort_runner(onnx_path, threads)
+            if zoo_workload(name):
+                peers, peer_outputs = zoo_peers(name, threads, x)
+                active.update(peers)
+                outputs.update(peer_outputs)
             # 1 thread: every runner computes on this thread, so its CPU time is the latency
             # undisturbed by other processes; more threads: wall clock, and ONNX Runtime in a block of
-            # its own, since its spinning workers would take the cores TVM's pool needs
+            # its own, since its spinning workers would take the cores TVM's pool needs (so do PyTorch's
+            # and LiteRT's: a block each)
             if threads == 1:
                 times = interleaved(active, args.rounds, time.thread_time)
             else:
-                ort = {k: active.pop(k) for k in list(active) if k.startswith("onnx")}
-                times = {**interleaved(active, args.rounds, time.perf_counter),
-                         **interleaved(ort, args.rounds, time.perf_counter)}
+                times = {}
+                for prefix in ("onnx", "pytorch", "litert"):
+                    times.update(interleaved({k: active.pop(k) for k in list(active) if k.startswith(prefix)},
+                                             args.rounds, time.perf_counter))
+                times = {**interleaved(active, args.rounds, time.perf_counter), **times}
             ref_ms = times.get("refcg", float("nan")) * 1e3
             exact = outputs.get("tvm llvm")
             for runner, seconds in times.items():
@@ -499,9 +587,10 @@ def main() -> None:
                 isa = runner_isa(runner, refcg_isa)
                 row_peak = peaks.get("avx2_vpmaddubsw", float("nan")) if isa == "avx2" else peak
                 diff = ""
-                if exact is not None and runner in outputs and not runner.startswith("onnx") and name[:4] != "resn" \
-                        and name[:4] != "mobi":
-                    diff = int(np.abs(outputs[runner]().astype(np.int64) - exact().astype(np.int64)).max())
+                # ONNX Runtime draws its own input; zoo peers requantize their own way (their diff is
+                # informative), the two bench networks are not compared
+                if exact is not None and runner in outputs and not runner.startswith("onnx") and name not in NETWORKS:
+                    diff = runner_module.max_abs_diff([outputs[runner]()], [exact()])
                 rows.append(dict(workload=name, threads=threads, runner=runner, isa=isa, ms=seconds * 1e3, gmacs=gmacs,
                                  peak_pct=100 * gmacs / (row_peak * threads), vs_refcg=seconds * 1e3 / ref_ms,
                                  maxdiff_vs_llvm=diff))
@@ -530,6 +619,10 @@ def runner_isa(runner: str, refcg_isa: str) -> str:
         return forced if forced in ("avx2", "avxvnni", "avx512vnni", "neon", "dotprod", "scalar") else refcg_isa
     if runner.startswith("tvm"):
         return "x86-64 (llvm)" if runner == "tvm llvm" else runner.split()[-1] + (" (avx2)" if runner.endswith("skylake") else "")
+    if runner.startswith("pytorch"):
+        return "fbgemm dispatch"
+    if runner.startswith("litert"):
+        return "XNNPACK dispatch"
     return "MLAS dispatch"
 
 

@@ -1,0 +1,72 @@
+"""The model zoo (examples/zoo.py) at reduced input sizes: per network, the partition count, what stays in
+TVM, and refcg bit-exact with TVM-only on ``llvm``.
+
+The expected counts are the ones measured today (issue 17's target: at most 2 partitions, every QNN op
+offloaded): a regression fails, and so does an improvement until the figure here is updated. Run with
+-s to see each network's line. Networks whose TVM-only build takes minutes are `make test-networks`.
+"""
+import importlib.util
+
+import numpy as np
+import pytest
+
+from conftest import assert_not_degenerate, compare_with_tvm
+from examples import zoo
+from refcodegen import offload_report, runner
+from refcodegen.partition import refcg_functions
+
+# name: (partitions, QNN ops left in TVM (op -> count)), measured; CPU time of one test (the network's
+# build, TVM-only and refcg builds, runs; children included) on the loaded 2-core machine in comments.
+EXPECTED = {
+    "resnet18": (1, {}),  # 76 s
+    "mobilenet_v2": (1, {}),  # 168 s
+    "keras_mobilenet_v2": (1, {}),  # 71 s
+    "keras_mobilenet_v3_small": (1, {}),  # 99 s
+    "keras_efficientnet_b0": (1, {}),  # 199 s
+    "keras_resnet50": (1, {}),  # 84 s
+    "googlenet": (1, {}),  # 182 s
+    "resnet50": (1, {}),  # 167 s
+    "inception_v3": (1, {}),  # 297 s (at 75x75)
+    # squeeze-excite's hard sigmoid is float in torchvision (dequantize, add 3, clip, divide by 6): 8 times
+    "mobilenet_v3_large": (9, {"qnn.dequantize": 8}),  # 220 s
+    # the global pool is a float mean (x.mean([2, 3]) after dequantize): the head is a second partition
+    "shufflenet_v2_x1_0": (2, {"qnn.dequantize": 1}),  # 184 s
+}
+# Known not bit-exact (issue 17): strict, so the test fails once it is fixed and the mark must go. Bisected:
+# the body partition's output and TVM's float mean after it are each bit-exact, and so is the head
+# (quantize -> qnn.dense -> dequantize) alone on 300 random inputs: the difference is where the float mean
+# meets refcg's quantize of it (in TVM-only they are one fused kernel).
+NOT_EXACT = {"shufflenet_v2_x1_0": "refcg differs from TVM-only by 1 output LSB (max |diff| 0.0182 at 64x64)"}
+# In `make test` (about 4 min CPU together): the cheapest, covering PyTorch and TFLite imports, residual
+# adds, depthwise convs, hard-swish and squeeze-excite. The others: `make test-networks`.
+MAKE_TEST = {"resnet18", "keras_mobilenet_v2", "keras_mobilenet_v3_small"}
+
+NEEDS = {"torchvision": ("torch", "torchvision"), "keras": ("tensorflow", "tflite", "ai_edge_litert")}
+
+
+def marks(name: str) -> list:
+    found = [] if name in MAKE_TEST else [pytest.mark.network]
+    if name in NOT_EXACT:
+        found.append(pytest.mark.xfail(reason=NOT_EXACT[name], raises=AssertionError, strict=True))
+    return found
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=marks(name)) for name in zoo.NETWORKS])
+def test_zoo_network(name, tmp_path):
+    network = zoo.NETWORKS[name]
+    missing = [m for m in NEEDS[network.framework] if importlib.util.find_spec(m) is None]
+    if missing:  # the torch / tflite-models extras; make test installs them
+        pytest.skip(f"{', '.join(missing)} not installed")
+    partitions, stays = EXPECTED[name]
+    built = network.build(str(tmp_path), network.test_size)
+    model = built.model()
+    outputs = []
+    partitioned = compare_with_tvm(runner.prepared(model), built.example(model), tmp_path,
+                                   expect_partitions=partitions, outputs=outputs, fold_batch_norm=False)
+    report = offload_report(partitioned)
+    stayed = {op: n for op, n in report.stayed_ops.items() if op.startswith("qnn.")}
+    print(f"\n{name} at {network.test_size}x{network.test_size}: {len(refcg_functions(partitioned))} partition(s), "
+          f"QNN ops offloaded {report.qnn_fraction():.1%}, stayed in TVM {dict(report.stayed_ops)}, "
+          f"{len(np.unique(outputs[0]))} distinct output values")
+    assert stayed == stays, str(report)
+    assert_not_degenerate(outputs)
