@@ -98,10 +98,12 @@ def every_family(rng):
     y = relay.qnn.op.dense(y, w, relay.const(-128), relay.const(0), *q(1 / 256)[:1], relay.const(np.float32(0.01)),
                            units=10)
     y = relay.qnn.op.requantize(y, *q(0.01 / 256), *q(0.05), out_dtype="int8")  # dense's epilogue
+    z = relay.reshape(y, (1, 2, 5))
+    b = relay.qnn.op.batch_matmul(z, z, relay.const(0), relay.const(0), *q(0.05)[:1], *q(0.05)[:1])  # batch_matmul
     f = relay.qnn.op.dequantize(y, *q(0.05))  # quantize (dequantize) to a float softmax
     y = relay.qnn.op.quantize(relay.nn.softmax(relay.qnn.op.dequantize(y, *q(0.05))), *q(1 / 256, -128))
     s = relay.cast(relay.mean(relay.cast(y, "int32"), axis=[1], keepdims=True), "int8")  # reduce
-    return module([x], relay.Tuple([s, relay.qnn.op.quantize(f, *q(0.05))]))
+    return module([x], relay.Tuple([s, relay.qnn.op.quantize(f, *q(0.05)), b]))
 
 
 def test_every_family_renders_c_that_compiles_without_warnings(tmp_path, rng):
