@@ -6,7 +6,7 @@ STAMP := $(VENV)/.refcg-installed
 SOURCES := pyproject.toml $(wildcard refcodegen/*.py refcodegen/ops/*.py templates/* runtime/* runtime/include/*)
 export TOPHUB_LOCATION := NONE
 
-.PHONY: demo test test-networks test-arm bench bench-networks fuzz fuzz-arm fuzz-large install clean
+.PHONY: demo test test-networks test-zoo test-arm bench bench-networks fuzz fuzz-arm fuzz-large install clean
 
 # tools/ run from the repository root as modules: examples/ (the example models, not in the wheel)
 # imports from the checkout
@@ -18,11 +18,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(ARM_SETUP) || [ $$? -eq $(ARM_UNAVAILABLE) ]
 	cd tests && ../$(BIN)/python -c "import refcodegen as r; assert 'site-packages' in r.__file__, r.__file__"
-	cd tests && ../$(BIN)/pytest -q -n auto --maxprocesses=4 -m "not network"
+	cd tests && ../$(BIN)/pytest -q -n auto --maxprocesses=4 -m "not network and not zoo"
 
 # Whole real networks (Inception-v3 ...): minutes each, so not in `make test`; CI runs both.
 test-networks: $(STAMP)
 	cd tests && ../$(BIN)/pytest -q -m network
+
+# The zoo networks too heavy for make test (examples/zoo.py; tests/test_zoo.py): ~25 min of both cores.
+test-zoo: $(STAMP)
+	cd tests && ../$(BIN)/pytest -q -s -n 2 -m zoo
 
 # The emulated aarch64 host (cross compilers, qemu-user, an aarch64 python+TVM sysroot):
 # idempotent, 10 ms once done. `make test` runs it before pytest collects the ARM tests and

@@ -3,7 +3,7 @@ TVM, and refcg bit-exact with TVM-only on ``llvm``.
 
 The expected counts are the ones measured today (issue 17's target: at most 2 partitions, every QNN op
 offloaded): a regression fails, and so does an improvement until the figure here is updated. Run with
--s to see each network's line. Networks whose TVM-only build takes minutes are `make test-networks`.
+-s to see each network's line. Networks whose TVM-only build takes minutes are `make test-zoo`.
 """
 import importlib.util
 
@@ -38,14 +38,14 @@ EXPECTED = {
 # meets refcg's quantize of it (in TVM-only they are one fused kernel).
 NOT_EXACT = {"shufflenet_v2_x1_0": "refcg differs from TVM-only by 1 output LSB (max |diff| 0.0182 at 64x64)"}
 # In `make test` (about 4 min CPU together): the cheapest, covering PyTorch and TFLite imports, residual
-# adds, depthwise convs, hard-swish and squeeze-excite. The others: `make test-networks`.
+# adds, depthwise convs, hard-swish and squeeze-excite. The others: `make test-zoo`.
 MAKE_TEST = {"resnet18", "keras_mobilenet_v2", "keras_mobilenet_v3_small"}
 
 NEEDS = {"torchvision": ("torch", "torchvision"), "keras": ("tensorflow", "tflite", "ai_edge_litert")}
 
 
 def marks(name: str) -> list:
-    found = [] if name in MAKE_TEST else [pytest.mark.network]
+    found = [] if name in MAKE_TEST else [pytest.mark.zoo]
     if name in NOT_EXACT:
         found.append(pytest.mark.xfail(reason=NOT_EXACT[name], raises=AssertionError, strict=True))
     return found
