@@ -288,3 +288,46 @@ def test_a_chain_whose_tvm_only_build_aborts_is_triaged_as_tvms(tmp_path):
         report = offload_report(partition_for_refcg(build_batch([ChainSpec(**KILLS_TVM_AARCH64)], "aarch64-neon")[0],
                                                     target=ALL_NUMERICS["aarch64-neon"][0]))
     assert not report.partitions and all(reason.startswith("aarch64 rounding") for _, _, reason in report.stayed)
+
+
+# Found 2026-12-01 by the zoo test (torchvision ShuffleNetV2, 1 output LSB): its head is dequantize ->
+# float mean over H, W -> qnn.quantize, both qnn ops reading ONE scale constant (PyTorch's importer).
+# TVM-only fuses the three into one kernel and, the constant being read twice there, divides by the
+# loaded scale; a quantize whose rank-0 scale no other op reads multiplies by the immediate reciprocal
+# (the rule refcg follows). With equal scales the means land on x.5 ties the two round apart.
+SCALE = 0.04327251
+
+
+def mean_head(shared: bool):
+    x = relay.var("x", shape=(1, 1024, 2, 2), dtype="uint8")
+    scale = const(SCALE)
+    mean = relay.mean(relay.qnn.op.dequantize(x, scale, const(0, "int32")), axis=[2, 3])
+    y = relay.qnn.op.quantize(mean, scale if shared else const(SCALE), const(0, "int32"), out_dtype="uint8")
+    w = relay.const(np.random.default_rng(0).integers(-8, 8, (16, 1024)).astype("int8"))
+    y = relay.qnn.op.dense(y, w, const(0, "int32"), const(0, "int32"), const(SCALE), const(0.01), units=16)
+    return module([x], y), mean
+
+
+TIES = np.random.default_rng(0).integers(0, 256, (1, 1024, 2, 2)).astype("uint8")
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_quantize_whose_scale_another_op_reads_stays_in_tvm(tmp_path, shared):
+    mod, _ = mean_head(shared)
+    partitioned = compare(mod, {"x": TIES}, tmp_path)  # shared: failed (max diff 12 after the dense) before
+    stayed = {op: reason for op, _, reason in offload_report(partitioned).stayed}
+    if shared:
+        assert "a constant another op also reads" in stayed["qnn.quantize"], stayed
+    else:
+        assert "qnn.quantize" not in stayed, stayed
+
+
+def test_the_mean_head_data_rounds_ties_apart(tmp_path):
+    """The data above reaches the case: dividing by the scale and multiplying by its reciprocal round
+    some of its means apart."""
+    mod, mean = mean_head(True)
+    means = run(build_and_load(module([mod["main"].params[0]], mean), "llvm", tmp_path, "mean"), {"x": TIES})[0]
+    scale = np.float32(SCALE)
+    divided = np.floor(means / scale + np.float32(0.5))
+    multiplied = np.floor(means * np.float32(1.0 / np.float64(scale)) + np.float32(0.5))
+    assert (divided != multiplied).sum() >= 5
