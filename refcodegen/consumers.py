@@ -24,11 +24,6 @@ def _op_name(expr) -> str | None:
     return expr.op.name if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) else None
 
 
-def _calls(users: dict) -> set:
-    """Every call of the graph ``users`` was built from (each reads something, or is read)."""
-    return {node for nodes in users.values() for node in nodes if isinstance(node, relay.Call)}
-
-
 class DequantizeUses:
     """For each qnn.dequantize of the graph being partitioned: None (safe) or why its result cannot
     leave refcg bit-exactly."""
@@ -36,7 +31,6 @@ class DequantizeUses:
     def __init__(self):
         self.reasons: dict = {}
         self.known = False
-        self.shared_quantize_scales: set = set()
 
     def analyze(self, func: relay.Function):
         users: dict = {}
@@ -47,19 +41,6 @@ class DequantizeUses:
                 users.setdefault(arg, []).append(node)
 
         relay.analysis.post_order_visit(func.body, visit)
-        # qnn.quantize scales another op also reads at run time (a qnn.dequantize or a plain op, not a QNN
-        # op's qparam that canonicalization folds) change TVM-only's numerics when that op lands in the
-        # quantize's kernel (ops/quantize.py). Kept by value: MergeComposite's checks see copies of the
-        # constants, and a value shared by chance only leaves an op in TVM
-        def runtime_reader(node) -> bool:  # a tuple of constants holds qparams (qnn.concatenate)
-            name = _op_name(node)
-            return name is not None and (name == "qnn.dequantize" or not name.startswith("qnn."))
-
-        self.shared_quantize_scales = {
-            float(node.args[1].data.numpy().reshape(-1)[0]) for node in _calls(users)
-            if _op_name(node) == "qnn.quantize" and isinstance(node.args[1], relay.Constant)
-            and node.args[1].data.numpy().size == 1
-            and any(runtime_reader(other) for other in users.get(node.args[1], []) if not other.same_as(node))}
         outputs = set(func.body.fields) if isinstance(func.body, relay.Tuple) else {func.body}
 
         def unsafe_use(expr) -> str | None:

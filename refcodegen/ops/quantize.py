@@ -76,11 +76,6 @@ class Quantize(OneCall):
             quant_dtype = dtype_of(data)
         reason = reason or check_axis_qparams(call, static_shape(data), scale, zero_point, quant_dtype, self.op)
         if reason is None and self.op == "quantize":
-            if quantize_divisor(scale)[0] and float(const_value(scale)) in ctx.dequantize_uses.shared_quantize_scales:
-                # measured (ShuffleNetV2's dequantize -> mean -> quantize, one scale constant): when another op
-                # of its fused kernel reads the same constant, TVM-only loads the scale and divides by it
-                return ("its rank-0 scale is a constant another op also reads: TVM-only then divides by it "
-                        "where refcg multiplies by the reciprocal of an unshared one")
             return check_divisor(scale, "quantize")
         if reason is None and self.op == "dequantize":
             return ctx.dequantize_uses.reason(call)
