@@ -36,17 +36,12 @@ def _buffer_for(expr, kind: str, index: int, name: str) -> Buffer:
     return Buffer(name, tuple(int(d) for d in ttype.shape), str(ttype.dtype), kind, index)
 
 
-def _consumers(body_fields) -> dict:
+def _consumers(calls) -> dict:
     """How many composite calls read each expression (scratch is freed after the last one)."""
     count: dict = {}
-
-    def visit(node):
-        if isinstance(node, relay.Call) and isinstance(node.op, relay.Function):
-            for arg in node.args:
-                count[arg] = count.get(arg, 0) + 1
-
-    for expr in body_fields:
-        relay.analysis.post_order_visit(expr, visit)
+    for call in calls:
+        for arg in call.args:
+            count[arg] = count.get(arg, 0) + 1
     return count
 
 
@@ -56,7 +51,8 @@ CHANNELS_LAST = (0, 2, 3, 1)
 
 
 def _composite_calls(body_fields) -> list:
-    calls: dict = {}  # in dataflow order
+    """Each composite call of the partition once, in dataflow order."""
+    calls: dict = {}
 
     def visit(node):
         if isinstance(node, relay.Call) and isinstance(node.op, relay.Function):
@@ -139,12 +135,13 @@ def build_plan(func: relay.Function, symbol: str, target, undecided: list | None
         raise RefcgError(symbol, "output", "a partition input or constant is returned unchanged")
     if len(output_of) != len(outputs):
         raise RefcgError(symbol, "output", "the same value is returned twice")
-    readers = _consumers(body_fields)
+    calls = _composite_calls(body_fields)
+    readers = _consumers(calls)
     lut.prepare(func, target)  # one TVM build computes every lookup table of the partition
     scratch = _ScratchPool(plan)
     fusion = FusionContext(func, target, undecided) if is_arm_cpu_aarch64(target) else None
     parsed = {}
-    for call in _composite_calls(body_fields):
+    for call in calls:
         family = family_of(str(call.op.attrs["Composite"]))
         if family is None:
             raise RefcgError(str(call.op.attrs["Composite"]), "composite", "no kernel planner for this composite")
