@@ -5,6 +5,8 @@ lowers it to ``float(x - zp) * scale`` and optimizes it together with its consum
 the multiply in one kernel with an elementwise add, which LLVM contracts into an FMA on FMA
 targets (AllowFPOpFusion::Fast), and SimplifyExpr folds a following constant multiply into the
 scale. So a dequantize is offloaded only when its result reaches nothing that could do that.
+It also records which rank-0 scale constants TVM-only loads from memory rather than inlining, for
+the quantize plans (``loads_scale``).
 Computed once per partitioning (``partition_for_refcg``) on the graph MergeComposite runs on; keyed by the call's attrs
 object, which MergeComposite keeps when it rebuilds a call around new arguments.
 """
@@ -24,6 +26,59 @@ def _op_name(expr) -> str | None:
     return expr.op.name if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) else None
 
 
+# QNN ops whose canonical form folds their qparams into compile-time values: a scale constant they
+# share is not read at run time (measured: a quantize sharing its scale with them still multiplies)
+FOLDED_QPARAMS = ("qnn.conv2d", "qnn.dense", "qnn.batch_matmul", "qnn.requantize", "qnn.add", "qnn.subtract",
+                  "qnn.mul", "qnn.concatenate")
+
+
+def _elementwise(expr) -> bool:
+    """FuseOps may put it in the middle of a fused path (TOpPattern <= kInjective)."""
+    name = _op_name(expr)
+    if name in ("qnn.quantize", "qnn.dequantize"):
+        return True
+    pattern = tvm.ir.Op.get(name).get_attr("TOpPattern") if name else None
+    return pattern is not None and int(pattern) <= 2
+
+
+def _loaded_scale_readers(users: dict) -> dict:
+    """The attrs of the calls reading a rank-0 float constant that TVM-only loads from memory, each
+    mapped to a number the readers of one constant share.
+
+    TVM inlines a rank-0 constant as an immediate (te_compiler_cache.cc) only when FuseOps puts it in
+    its readers' kernel, which needs one reader, or readers joined by a fused path: each reader but
+    one reaches that one through ops that have a single user and are elementwise or injective
+    (fuse_ops.cc, CheckPath). Otherwise the constant is a parameter of every kernel reading it, and
+    a qnn.quantize dividing by it divides by the loaded value where an immediate divisor becomes a
+    multiplication by its reciprocal (ops/quantize.py). Measured on llvm: dequantize -> mean ->
+    quantize with one scale constant (ShuffleNetV2's head), a quantize and a dequantize in separate
+    kernels, two quantizes, all load it; quantize -> dequantize and dequantize -> sigmoid -> quantize
+    inline it."""
+    def runtime_reader(node) -> bool:
+        if isinstance(node, relay.Tuple):  # qnn.concatenate's qparams, or a tuple the graph returns
+            return not all(_op_name(user) in FOLDED_QPARAMS for user in users.get(node, [None]))
+        return _op_name(node) not in FOLDED_QPARAMS
+
+    def reaches(node, sink) -> bool:
+        while not node.same_as(sink):
+            following = users.get(node, [])
+            if len(following) != 1 or not _elementwise(node):
+                return False
+            node = following[0]
+        return True
+
+    loaded = {}
+    for const, readers in users.items():
+        if not (isinstance(const, relay.Constant) and const.data.dtype.startswith("float")
+                and const.data.numpy().size == 1):
+            continue
+        readers = [node for node in readers if runtime_reader(node)]
+        if len(readers) > 1 and not any(all(reaches(node, sink) for node in readers) for sink in readers):
+            group = len(set(loaded.values()))
+            loaded.update({node.attrs: group for node in readers if isinstance(node, relay.Call) and node.attrs is not None})
+    return loaded
+
+
 class DequantizeUses:
     """For each qnn.dequantize of the graph being partitioned: None (safe) or why its result cannot
     leave refcg bit-exactly."""
@@ -31,6 +86,7 @@ class DequantizeUses:
     def __init__(self):
         self.reasons: dict = {}
         self.known = False
+        self.loaded_scale_readers: dict = {}
 
     def analyze(self, func: relay.Function):
         users: dict = {}
@@ -41,6 +97,7 @@ class DequantizeUses:
                 users.setdefault(arg, []).append(node)
 
         relay.analysis.post_order_visit(func.body, visit)
+        self.loaded_scale_readers = _loaded_scale_readers(users)
         outputs = set(func.body.fields) if isinstance(func.body, relay.Tuple) else {func.body}
 
         def unsafe_use(expr) -> str | None:
@@ -64,6 +121,14 @@ class DequantizeUses:
                     f"its float result feeds {user}, which TVM-only computes together with the "
                     "dequantize's multiply (FMA contraction, constant folding): not bit-exact outside TVM")
         self.known = True
+
+    def loads_scale(self, call) -> bool:
+        """Whether TVM-only loads ``call``'s rank-0 scale from memory (a qnn.quantize then divides by it)."""
+        return call.attrs is not None and call.attrs in self.loaded_scale_readers
+
+    def scale_group(self, call) -> int | None:
+        """The number shared by the calls reading the loaded scale ``call`` reads (None: not loaded)."""
+        return self.loaded_scale_readers.get(call.attrs) if call.attrs is not None else None
 
     def reason(self, call) -> str | None:
         if not self.known or call.attrs not in self.reasons:

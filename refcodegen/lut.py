@@ -22,6 +22,7 @@ from tvm.contrib import graph_executor
 from tvm.target import codegen
 
 from .errors import RefcgError
+from .ops.quantize import scale_loaded
 
 
 # LLVM features naming instruction-set extensions that generated code may use (x86, aarch64): the
@@ -118,10 +119,21 @@ def _recall(key) -> np.ndarray | None:
 
 
 def _standalone(func: relay.Function) -> relay.Function:
-    """``func``'s body on a 256-element input (every bit pattern of its 8-bit parameter)."""
+    """``func``'s body on a 256-element input (every bit pattern of its 8-bit parameter). A quantize
+    that divides by its loaded scale in TVM-only (``scale_loaded``) gets it as a second parameter,
+    which TVM loads too; ``_scale_input`` gives its value."""
     (param,) = func.params
     values = relay.var("x", shape=(256,), dtype=str(param.checked_type.dtype))
-    return relay.Function([values], relay.bind(func.body, {param: values}))
+    body = relay.bind(func.body, {param: values})
+    if not scale_loaded(func):
+        return relay.Function([values], body)
+    data, scale, zero_point = body.args
+    loaded = relay.var("scale", shape=(), dtype="float32")
+    return relay.Function([values, loaded], relay.Call(body.op, [data, loaded, zero_point], body.attrs))
+
+
+def _scale_input(standalone: relay.Function, func: relay.Function) -> np.ndarray | None:
+    return func.body.args[1].data.numpy() if len(standalone.params) > 1 else None
 
 
 def _key(standalone: relay.Function, target) -> tuple:
@@ -141,17 +153,25 @@ def compute_tables(funcs: list, target) -> None:
         standalone = _standalone(func)
         key = _key(standalone, where)
         if key not in _TABLES:
-            pending.setdefault(str(where), {})[key] = standalone
+            pending.setdefault(str(where), {})[key] = (standalone, _scale_input(standalone, func))
     for where, todo in pending.items():
         keys, parts = list(todo), list(todo.values())
-        params = [relay.var(f"x{i}", shape=(256,), dtype=p.params[0].type_annotation.dtype) for i, p in enumerate(parts)]
-        body = relay.Tuple([relay.bind(p.body, {p.params[0]: v}) for p, v in zip(parts, params)])
-        mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function(params, body)))
+        inputs, bodies = {}, []
+        for i, (part, scale) in enumerate(parts):
+            x = relay.var(f"x{i}", shape=(256,), dtype=part.params[0].type_annotation.dtype)
+            inputs[x] = np.arange(256, dtype="uint8").view(x.type_annotation.dtype)
+            binds = {part.params[0]: x}
+            if scale is not None:
+                binds[part.params[1]] = relay.var(f"scale{i}", shape=(), dtype="float32")
+                inputs[binds[part.params[1]]] = scale
+            bodies.append(relay.bind(part.body, binds))
+        params = list(inputs)
+        mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function(params, relay.Tuple(bodies))))
         # the build in progress's PassContext and requantize_config stay active here
         lib = relay.build(mod, target=where)
         runner = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
-        for i, v in enumerate(params):
-            runner.set_input(i, tvm.nd.array(np.arange(256, dtype="uint8").view(v.type_annotation.dtype)))
+        for v, value in inputs.items():
+            runner.set_input(v.name_hint, tvm.nd.array(value))
         runner.run()
         for i, key in enumerate(keys):
             _remember(key, runner.get_output(i).numpy())

@@ -10,6 +10,7 @@ from tvm.relay.build_module import bind_params_by_name
 from .armfuse import FusionContext, keep_boundaries, tag_boundaries
 from .numerics import is_arm_cpu_aarch64
 from .ops import COMPILER, CheckContext, family_of, pattern_table
+from .ops.quantize import SCALE_LOADED_ATTR
 from .plan import build_plan
 from .scoped_fold import scoped_fold
 from .splits import split_to_slices
@@ -17,6 +18,7 @@ from .splits import split_to_slices
 TARGET_ATTR = "RefcgTarget"
 REJECTIONS_ATTR = "refcg_rejections"
 MATCH_ATTR = "RefcgMatch"  # a composite's number in MergeComposite's output (aarch64 targets only)
+QUANTIZE = relay.op.get("qnn.quantize")
 MAX_ROUNDS = 8  # partitionings of one module for the aarch64 rounding; each round leaves >= 1 composite in TVM
 
 
@@ -68,6 +70,8 @@ def partition_for_refcg(mod, params=None, *, target=None, fold_batch_norm: bool 
         mod = split_to_slices(mod)
         ctx.dequantize_uses.analyze(mod["main"])  # the dequantize check needs each result's consumers
         mod = relay.transform.MergeComposite(pattern_table(ctx))(mod)
+        mod = _map_composites(mod, lambda call, _: _mark_loaded_scale(call, ctx))
+        mod = _keep_loaded_scales_shared(mod, ctx)
         if is_arm_cpu_aarch64(target):
             mod = _partition_aarch64(mod, ctx)
         else:
@@ -138,6 +142,48 @@ def _members(call) -> list:
         return family_of(str(call.op.attrs["Composite"])).parse(call.op.body).members()
     except Exception:  # noqa: BLE001  a body of an unexpected form: the root is enough for the report
         return [call.op.body]
+
+
+def _mark_loaded_scale(call, ctx: CheckContext):
+    """Tell the codegen that the composite's root qnn.quantize divides by its scale in TVM-only."""
+    root = call.op.body
+    if isinstance(root, relay.Call) and root.op == QUANTIZE \
+            and ctx.dequantize_uses.loads_scale(root):
+        return _with_attr(call, SCALE_LOADED_ATTR, 1)
+    return call
+
+
+def _keep_loaded_scales_shared(mod, ctx: CheckContext):
+    """A qnn.quantize left in TVM divides by its loaded scale only while another kernel still reads
+    that constant: the composites reading it stay in TVM with it (else TVM would inline the scale
+    and multiply, where TVM-only divides)."""
+    inside, groups = set(), set()
+
+    def visit_composites(node):
+        if isinstance(node, relay.Function) and node.attrs and node.attrs.get("Composite"):
+            relay.analysis.post_order_visit(node.body, inside.add)
+
+    def visit_quantizes(node):
+        if node not in inside and isinstance(node, relay.Call) and node.op == QUANTIZE:
+            groups.add(ctx.dequantize_uses.scale_group(node))
+
+    relay.analysis.post_order_visit(mod["main"].body, visit_composites)
+    relay.analysis.post_order_visit(mod["main"].body, visit_quantizes)
+    groups.discard(None)
+    if not groups:
+        return mod
+
+    def keep(call, _):
+        reads = []
+        relay.analysis.post_order_visit(call.op.body, lambda e: reads.append(
+            isinstance(e, relay.Call) and ctx.dequantize_uses.scale_group(e) in groups))
+        if not any(reads):
+            return call
+        ctx.rejections.record(_members(call), "reads the rank-0 scale constant of a qnn.quantize left in TVM: "
+                              "TVM-only divides by it only while several kernels read it")
+        return _inlined(call)
+
+    return _map_composites(mod, keep)
 
 
 def _with_attr(call, key: str, value):

@@ -13,7 +13,7 @@ from fuzzing.chains import ALL_NUMERICS, ChainSpec, build_batch, fuzz_batches, t
 from fuzzing.check import check_batch, refcg_build
 from models import module
 from refcodegen import RefcgError, offload_report, partition_for_refcg
-from test_ops_common import compare, const
+from test_ops_common import compare, const, scale_loaded_marks
 
 # Found 2026-11-30 (seed 1, float64; every numerics): "max diff 255". Not refcg's: the avg_pool's last
 # ceil_mode window (W column 3: starts at 3*2=6, input W is 6, right pad 0) lies outside the padded
@@ -288,3 +288,43 @@ def test_a_chain_whose_tvm_only_build_aborts_is_triaged_as_tvms(tmp_path):
         report = offload_report(partition_for_refcg(build_batch([ChainSpec(**KILLS_TVM_AARCH64)], "aarch64-neon")[0],
                                                     target=ALL_NUMERICS["aarch64-neon"][0]))
     assert not report.partitions and all(reason.startswith("aarch64 rounding") for _, _, reason in report.stayed)
+
+
+# Found 2026-12-01 by the zoo test (torchvision ShuffleNetV2, 1 output LSB): its head is dequantize ->
+# float mean over H, W -> qnn.quantize, both qnn ops reading ONE scale constant (PyTorch's importer).
+# A reduction in between keeps FuseOps from putting the constant in the kernel, so TVM-only loads it
+# and divides by it, where a quantize whose rank-0 scale is inlined multiplies by the reciprocal
+# (consumers._loaded_scale_readers). With equal scales the means land on x.5 ties the two round apart.
+SCALE = 0.04327251
+
+
+def mean_head(shared: bool):
+    x = relay.var("x", shape=(1, 1024, 2, 2), dtype="uint8")
+    scale = const(SCALE)
+    mean = relay.mean(relay.qnn.op.dequantize(x, scale, const(0, "int32")), axis=[2, 3])
+    y = relay.qnn.op.quantize(mean, scale if shared else const(SCALE), const(0, "int32"), out_dtype="uint8")
+    w = relay.const(np.random.default_rng(0).integers(-8, 8, (16, 1024)).astype("int8"))
+    y = relay.qnn.op.dense(y, w, const(0, "int32"), const(0, "int32"), const(SCALE), const(0.01), units=16)
+    return module([x], y), mean
+
+
+TIES = np.random.default_rng(0).integers(0, 256, (1, 1024, 2, 2)).astype("uint8")
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_quantize_whose_scale_a_dequantize_reads_across_a_mean_divides(tmp_path, shared):
+    mod, _ = mean_head(shared)
+    partitioned = compare(mod, {"x": TIES}, tmp_path)  # shared: failed (max diff 12 after the dense) before
+    assert offload_report(partitioned).offloaded_ops["qnn.quantize"] == 1
+    assert scale_loaded_marks(partitioned) == int(shared)
+
+
+def test_the_mean_head_data_rounds_ties_apart(tmp_path):
+    """The data above reaches the case: dividing by the scale and multiplying by its reciprocal round
+    some of its means apart."""
+    mod, mean = mean_head(True)
+    means = run(build_and_load(module([mod["main"].params[0]], mean), "llvm", tmp_path, "mean"), {"x": TIES})[0]
+    scale = np.float32(SCALE)
+    divided = np.floor(means / scale + np.float32(0.5))
+    multiplied = np.floor(means * np.float32(1.0 / np.float64(scale)) + np.float32(0.5))
+    assert (divided != multiplied).sum() >= 5

@@ -10,6 +10,7 @@ from tvm import relay
 from conftest import TARGET_F32, TARGET_LLVM, compare_with_tvm, random_int, stays_in_tvm  # noqa: F401  (test_ops_*)
 from models import module, qconv_block
 from refcodegen import offload_report, partition_for_refcg
+from refcodegen.ops.quantize import scale_loaded
 from refcodegen.partition import refcg_functions
 
 # (target, requantize_config overrides): TVM-only numerics refcg must reproduce
@@ -142,3 +143,12 @@ def test_scratch_buffers_are_reused_along_a_chain(rng):
     (_, func), = refcg_functions(partition_for_refcg(module([x], y)))
     plan = build_plan(scoped_fold(func), "p", tvm.target.Target("llvm"))
     assert len(plan.steps) == 5 and len(plan.scratch) == 2  # ping-pong, not one buffer per layer
+
+
+def scale_loaded_marks(partitioned) -> int:
+    """How many composites the partitioning marked as dividing by their loaded scale."""
+    marks = []
+    for _, func in refcg_functions(partitioned):
+        relay.analysis.post_order_visit(func.body, lambda e: marks.append(e) if isinstance(e, relay.Function)
+                                        and scale_loaded(e) else None)
+    return len(marks)

@@ -6,7 +6,7 @@ from tvm import relay
 from conftest import random_int
 from models import module
 from refcodegen import offload_report
-from test_ops_common import NUMERICS, Cases, compare, const, qparams
+from test_ops_common import NUMERICS, Cases, compare, const, qparams, scale_loaded_marks
 
 
 def requantize(x, in_scale, in_zp, out_scale, out_zp, out_dtype, axis=-1, rounding="None", clip=None):
@@ -145,12 +145,15 @@ def test_per_axis_quantize_dequantize(tmp_path, rng, numerics):
     cases = Cases()
     for shape, axis, scales, zps, dtype in PER_AXIS_SWEEP:
         x = float_input(cases, shape, rng, scales, axis)
-        qp = (const(scales), const(zps, "int32"))
-        q = relay.qnn.op.quantize(x, *qp, axis=axis, out_dtype=dtype)
+
+        def qp():  # constants of their own: a shared rank-0 scale is another case (test below)
+            return const(scales), const(zps, "int32")
+
+        q = relay.qnn.op.quantize(x, *qp(), axis=axis, out_dtype=dtype)
         cases.add(q)
-        cases.add(relay.qnn.op.dequantize(q, *qp, axis=axis), "float32")
+        cases.add(relay.qnn.op.dequantize(q, *qp(), axis=axis), "float32")
         xq = cases.var(shape, dtype, rng)
-        cases.add(relay.qnn.op.dequantize(xq, *qp, axis=axis), "float32")
+        cases.add(relay.qnn.op.dequantize(xq, *qp(), axis=axis), "float32")
     cases.compare(tmp_path, numerics)
 
 
@@ -224,3 +227,66 @@ def test_quantize_divides_or_multiplies_by_the_reciprocal_like_tvm(tmp_path, num
         per_axis = [scale, 0.37, scale, 1.1]  # the ties are scale's: channels 0 and 2 tell the two apart
         cases.add(relay.qnn.op.quantize(x, const(per_axis), const([zp] * 4, "int32"), axis=0, out_dtype=dtype))
     cases.compare(tmp_path, numerics)
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "float32"])
+def test_a_quantize_divides_by_a_scale_constant_other_kernels_read(tmp_path, rng, numerics):
+    """One rank-0 scale constant read by several ops: TVM-only inlines it (and multiplies by its
+    reciprocal) only when FuseOps puts all its readers in one kernel; otherwise it loads it and divides
+    (consumers._loaded_scale_readers), and so does refcg. On ties where the two round apart, each
+    branch of that rule, for refcg.quantize, a lookup table and the float softmax."""
+    scale = RECIPROCAL_SCALES[0]
+    cases = Cases()
+
+    def ties(positive=False):
+        x = relay.var(f"v{len(cases.inputs)}", shape=(4, 1, 500), dtype="float32")
+        cases.params.append(x)
+        data = reciprocal_ties(scale, 2000).reshape(4, 1, 500)
+        cases.inputs[x.name_hint] = np.abs(data) if positive else data
+        return x
+
+    def quantize(x, s):
+        return relay.qnn.op.quantize(x, s, const(0, "int32"), out_dtype="int8")
+
+    def dequantize(x, s):
+        return relay.qnn.op.dequantize(x, s, const(0, "int32"))
+
+    int8 = (4, 1, 500), "int8", rng
+    s = const(scale)  # read by a quantize and by a dequantize of another tensor: two kernels, loaded
+    cases.add(quantize(ties(), s))
+    cases.add(dequantize(cases.var(*int8), s), "float32")
+    s = const(scale)  # two quantizes of different tensors: loaded
+    cases.add(quantize(ties(), s))
+    cases.add(quantize(ties(positive=True), s))
+    s = const(scale)  # quantize -> dequantize, the quantized tensor also an output: two kernels, loaded
+    q = quantize(ties(), s)
+    cases.add(q)
+    cases.add(dequantize(q, s), "float32")
+    s = const(scale)  # a table and a float softmax whose quantizes share their scale: loaded
+    cases.add(quantize(relay.sigmoid(dequantize(cases.var(*int8), const(0.05))), s))
+    cases.add(quantize(relay.nn.softmax(dequantize(cases.var(*int8), const(0.05))), s))
+    marked = 6
+    # inlined: quantize -> dequantize alone (one fused kernel; positive: TVM's fused kernel keeps the
+    # sign of a value rounding to -0.0, refcg's int8 does not), dequantize -> sigmoid -> quantize
+    s = const(scale)
+    cases.add(dequantize(quantize(ties(positive=True), s), s), "float32")
+    s = const(scale)
+    cases.add(quantize(relay.sigmoid(dequantize(cases.var(*int8), s)), s))
+    assert scale_loaded_marks(cases.compare(tmp_path, numerics)) == marked
+
+
+def test_a_scale_shared_with_a_quantize_left_in_tvm_stays_in_tvm(tmp_path, rng):
+    """A quantize refcg leaves in TVM (int16 output) divides by its scale only while another kernel reads
+    the constant: the dequantize reading it stays in TVM too (failed by 1 when it was offloaded)."""
+    s = const(RECIPROCAL_SCALES[0])
+    x = relay.var("x", shape=(4, 1, 500), dtype="float32")
+    y = relay.var("y", shape=(4, 1, 500), dtype="int8")
+    q = relay.qnn.op.quantize(x, s, const(0, "int32"), out_dtype="int16")
+    shared = relay.qnn.op.dequantize(y, s, const(0, "int32"))
+    alone = relay.qnn.op.dequantize(y, const(RECIPROCAL_SCALES[0]), const(0, "int32"))
+    mod = module([x, y], relay.Tuple([q, relay.reinterpret(shared, "int32"), relay.reinterpret(alone, "int32")]))
+    inputs = {"x": reciprocal_ties(RECIPROCAL_SCALES[0], 2000).reshape(4, 1, 500), "y": random_int(rng, (4, 1, 500), "int8")}
+    report = offload_report(compare(mod, inputs, tmp_path, "llvm"))
+    assert report.offloaded_ops["qnn.dequantize"] == 1, str(report)
+    reasons = [reason for op, _, reason in report.stayed if op == "qnn.dequantize"]
+    assert len(reasons) == 1 and "a qnn.quantize left in TVM" in reasons[0], str(report)

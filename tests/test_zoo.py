@@ -29,14 +29,12 @@ EXPECTED = {
     "inception_v3": (1, {}),  # 297 s (at 75x75)
     # squeeze-excite's hard sigmoid is float in torchvision (dequantize, add 3, clip, divide by 6): 8 times
     "mobilenet_v3_large": (9, {"qnn.dequantize": 8}),  # 220 s
-    # the global pool is a float mean (x.mean([2, 3]) after dequantize): the head is a second partition
+    # the global pool is a float mean (x.mean([2, 3]) after dequantize): the head is a second partition; the
+    # quantize after the mean shares its scale constant with the dequantize: TVM-only divides by it, and so
+    # does refcg (test_fuzz_regressions: test_a_quantize_whose_scale_a_dequantize_reads_across_a_mean_divides)
     "shufflenet_v2_x1_0": (2, {"qnn.dequantize": 1}),  # 184 s
 }
-# Known not bit-exact (issue 17): strict, so the test fails once it is fixed and the mark must go. Bisected:
-# the body partition's output and TVM's float mean after it are each bit-exact, and so is the head
-# (quantize -> qnn.dense -> dequantize) alone on 300 random inputs: the difference is where the float mean
-# meets refcg's quantize of it (in TVM-only they are one fused kernel).
-NOT_EXACT = {"shufflenet_v2_x1_0": "refcg differs from TVM-only by 1 output LSB (max |diff| 0.0182 at 64x64)"}
+NOT_EXACT: dict = {}  # name -> why (a strict xfail: the test fails once it is fixed and the mark must go)
 # In `make test` (about 4 min CPU together): the cheapest, covering PyTorch and TFLite imports, residual
 # adds, depthwise convs, hard-swish and squeeze-excite. The others: `make test-zoo`.
 MAKE_TEST = {"resnet18", "keras_mobilenet_v2", "keras_mobilenet_v3_small"}

@@ -11,7 +11,7 @@ from .. import softmax as numerics
 from ..errors import RefcgError
 from .base import (DTYPE_CODE, Call, Step, check_qparams, check_tensor, constants, dequantized, dtype_of,
                    first_reason, prod, scalar, static_shape)
-from .quantize import check_divisor, quantize_divisor
+from .quantize import check_divisor, quantize_divisor, scale_loaded
 from .softmax import require_x86
 
 NAME = "float_softmax"
@@ -42,7 +42,7 @@ class FloatSoftmax:
             check_tensor(data, "softmax input"), check_tensor(root, "softmax output"),
             check_qparams(self.dequantize.args[1], self.dequantize.args[2], dtype_of(data), "dequantize"),
             check_qparams(root.args[1], root.args[2], dtype_of(root), "quantize"),
-        ) or check_divisor(root.args[1], "quantize")
+        ) or check_divisor(root.args[1], "quantize", ctx.dequantize_uses.loads_scale(root))
         if reason:
             return reason
         rank = len(static_shape(data))
@@ -55,7 +55,7 @@ class FloatSoftmax:
         require_x86(target, "nn.softmax")
         if numerics.fast_math_reason():
             raise RefcgError("nn.softmax", "PassContext", numerics.fast_math_reason() + "; build at opt_level 3")
-        multiply, output_scale = quantize_divisor(self.quantize.args[1])
+        multiply, output_scale = quantize_divisor(self.quantize.args[1], scale_loaded(func))
         params = {
             "rows": prod(dst.shape[:-1]), "axis": dst.shape[-1],
             "in_dtype": DTYPE_CODE[srcs[0].dtype], "out_dtype": DTYPE_CODE[dst.dtype],

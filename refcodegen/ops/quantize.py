@@ -11,6 +11,9 @@ from .base import (DTYPE_CODE, Call, OneCall, Step, check_scale, check_tensor, c
 
 NAME = "quantize"
 NEON_REQUANTIZE = False
+# On a composite whose root qnn.quantize divides, in TVM-only, by a rank-0 scale it loads from memory
+# (a constant other kernels also read, consumers.py); set by partition.py, read by the plans
+SCALE_LOADED_ATTR = "RefcgScaleLoaded"
 
 
 def patterns() -> list:
@@ -36,22 +39,27 @@ def check_axis_qparams(call, shape, scale, zero_point, dtype: str, what: str) ->
     return None
 
 
-def quantize_divisor(scale) -> tuple[bool, np.ndarray]:
+def quantize_divisor(scale, loaded: bool = False) -> tuple[bool, np.ndarray]:
     """How TVM 0.19 divides by a qnn.quantize scale: (multiply, values). A rank-0 scale reaches TE as
     an immediate c (te_compiler_cache.cc inlines scalar constants) and the TIR simplifier rewrites
     x / c into x * c' with c' = float32(1.0 / c), the reciprocal taken in double
     (arith/rewrite_simplify.cc:775-780): refcg multiplies by c'. Any other scale is a tensor TVM loads,
-    so it divides."""
+    so it divides; so does a rank-0 one TVM loads (``loaded``: a constant several kernels read)."""
     value = const_value(scale)
-    if value.ndim:
+    if value.ndim or loaded:
         return False, value.astype("float32").reshape(-1)
     with np.errstate(over="ignore", divide="ignore"):
         return True, np.float32(1.0 / np.float64(value)).reshape(-1)
 
 
-def check_divisor(scale, what: str) -> str | None:
+def scale_loaded(func) -> bool:
+    """Whether the composite ``func``'s quantize divides by its loaded scale (SCALE_LOADED_ATTR)."""
+    return bool(func.attrs and int(func.attrs.get(SCALE_LOADED_ATTR, 0)))
+
+
+def check_divisor(scale, what: str, loaded: bool = False) -> str | None:
     """TVM-only cannot build a scale whose immediate reciprocal exceeds float32 (FloatImm's range check)."""
-    multiply, values = quantize_divisor(scale)
+    multiply, values = quantize_divisor(scale, loaded)
     if multiply and not np.all(np.isfinite(values)):
         return f"{what} scale's reciprocal exceeds float32: TVM's simplifier cannot make it an immediate"
     return None
@@ -76,7 +84,7 @@ class Quantize(OneCall):
             quant_dtype = dtype_of(data)
         reason = reason or check_axis_qparams(call, static_shape(data), scale, zero_point, quant_dtype, self.op)
         if reason is None and self.op == "quantize":
-            return check_divisor(scale, "quantize")
+            return check_divisor(scale, "quantize", ctx.dequantize_uses.loads_scale(call))
         if reason is None and self.op == "dequantize":
             return ctx.dequantize_uses.reason(call)
         return reason
@@ -85,7 +93,8 @@ class Quantize(OneCall):
         """Scale and zero point broadcast along ``axis`` as TVM's ExpandBiasToMatchAxis does."""
         _, scale, zero_point = self.call.args
         shape = dst.shape
-        multiply, scales = quantize_divisor(scale) if self.op == "quantize" else (False, const_value(scale).reshape(-1))
+        multiply, scales = quantize_divisor(scale, scale_loaded(func)) if self.op == "quantize" else \
+            (False, const_value(scale).reshape(-1))
         zps = const_value(zero_point).reshape(-1)
         axis = int(self.call.attrs.axis) % len(shape)
         per_axis = max(scales.size, zps.size) > 1

@@ -9,7 +9,7 @@ between them (``families`` names what a chain holds); ``tests/test_fuzz.py`` pro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import hypothesis
@@ -44,6 +44,7 @@ class ChainSpec:
     zp: int
     ops: list = field(default_factory=list)
     seed: int = 0
+    shared: bool = False  # equal rank-0 float constants are one Constant (PyTorch's importer shares qparams)
 
 
 # ---- strategies -------------------------------------------------------------------------------
@@ -244,9 +245,11 @@ def axis_qparams(draw, state, prefix: str) -> dict:
 
 @st.composite
 def qdq_op(draw, state):
-    """qnn.dequantize -> qnn.quantize: ONNX QDQ boundaries between layers, per tensor or per axis."""
+    """qnn.dequantize -> qnn.quantize: ONNX QDQ boundaries between layers, per tensor or per axis; or
+    with a float op TVM computes between them (PyTorch's dequantize -> mean -> quantize)."""
+    between = draw(st.sampled_from(["", "", "nn.relu"] + ["mean"] * (len(state.shape) == 4)))
     return {"op": "qdq", **draw(axis_qparams(state, "dq_")), **draw(axis_qparams(state, "q_")),
-            **qparams_out(draw, draw(st.sampled_from(QDTYPES)))}
+            **qparams_out(draw, draw(st.sampled_from(QDTYPES))), "between": between}
 
 
 @st.composite
@@ -284,6 +287,7 @@ def copy_op(draw, state):
         (k == "squeeze" and (1 not in shape or rank == 1)) or (k == "expand_dims" and rank >= 5)
         or (k == "batch_flatten" and rank < 2) or (k == "layout_transform" and not state.layout)
         or (k == "split" and max(shape) < 2) or (k == "depth_to_space" and not _block_sizes(state)))]
+    options += ["depth_to_space"] * 2 * ("depth_to_space" in options)  # the rarest state (channels % 4 == 0)
     kind = draw(st.sampled_from(options))
     op = {"op": "copy", "kind": kind}
     lo, hi = DTYPE_RANGE[state.dtype]
@@ -354,7 +358,8 @@ def chains(draw, max_ops: int = 3, numerics: str | None = None):
         sizes = st.integers(1, 10) | st.sampled_from([13, 17])  # odd network sizes, past the 1x7 kernels
         n, c, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 12)), draw(sizes), draw(sizes)
         shape = (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
-    spec = ChainSpec(shape, layout, dtype, draw(scales()), draw(zero_points(dtype)), seed=draw(st.integers(0, 2**31)))
+    spec = ChainSpec(shape, layout, dtype, draw(scales()), draw(zero_points(dtype)), seed=draw(st.integers(0, 2**31)),
+                     shared=draw(st.integers(0, 2)) == 0)
     if draw(st.integers(0, 9)) == 0:  # a float input quantized first (per tensor or per axis)
         spec.dtype = "float32"
         spec.ops.append(draw(quantize_op(spec)))
@@ -615,6 +620,13 @@ def _dequantize(y, state, op, ctx, prefix=""):
 
 def _qdq(y, state, op, ctx):
     x, _ = _dequantize(y, state, op, ctx, "dq_")
+    between = op.get("between", "")
+    if between == "mean":  # over the spatial axes, kept: the channel axis (and a per-axis quantize) stays
+        spatial = (2, 3) if state.layout == "NCHW" else (1, 2)
+        x = None if x is None else relay.mean(x, axis=list(spatial), keepdims=True)
+        state = replace(state, shape=tuple(1 if i in spatial else d for i, d in enumerate(state.shape)))
+    elif between and x is not None:
+        x = relay.nn.relu(x)
     return _quantize(x, state, {**op, "axis": op["q_axis"], "per_axis": op["q_per_axis"]}, ctx)
 
 
@@ -766,7 +778,25 @@ def build_chain(spec: ChainSpec, ctx: dict, name: str):
     y, state = x, spec
     for op in spec.ops:
         y, state = apply_op(y, state, op, ctx, name)
-    return y
+    return _share_scalars(y) if spec.shared else y
+
+
+class _ScalarSharer(relay.ExprMutator):
+    """One Constant per distinct rank-0 float value."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = {}
+
+    def visit_constant(self, const):
+        value = const.data.numpy()
+        if value.ndim or value.dtype.kind != "f":
+            return const
+        return self.seen.setdefault((value.dtype.str, value.tobytes()), const)
+
+
+def _share_scalars(expr):
+    return _ScalarSharer().visit(expr)
 
 
 def build_batch(specs: list[ChainSpec], numerics: str):
@@ -857,7 +887,7 @@ def fuzz_batches(cases: int, batch: int, seed: int, numerics=NUMERICS_NAMES, chu
 def families(spec: ChainSpec) -> list[str]:
     """What a chain exercises, one name per drawn op and property (``make fuzz`` counts them,
     test_fuzz requires each to be drawn): the op and its form, and the forms issue 14 asked for."""
-    names, state = [], spec
+    names, state = ["shared scalar constants"] * spec.shared, spec
     for op in spec.ops:
         kind = op["op"]
         form = op.get("form") or (op.get("kind") if kind in ("copy", "reduce", "pool", "binary") else None)
@@ -867,6 +897,8 @@ def families(spec: ChainSpec) -> list[str]:
             names.append("binary rank-0 operand")
         if kind == "conv2d" and op.get("pad"):
             names.append("conv2d behind an nn.pad")
+        if op.get("between"):
+            names.append(f"qdq through {op['between']}")
         if any(op.get(key) for key in ("per_axis", "dq_per_axis", "q_per_axis")):
             names.append(f"{kind} per axis")
         if kind in ("conv2d", "dense", "batch_matmul") and "out_scale" not in op:
