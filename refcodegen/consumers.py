@@ -15,6 +15,8 @@ from __future__ import annotations
 import tvm
 from tvm import relay
 
+from .numerics import DTYPE_RANGE
+
 # Consumers that use the product as it is: quantize divides it (no contraction, no folding);
 # nn.softmax measured bit-exact on llvm and skylake; reinterpret only moves bits.
 SAFE_CONSUMERS = ("qnn.quantize", "nn.softmax", "reinterpret")
@@ -79,6 +81,27 @@ def _loaded_scale_readers(users: dict) -> dict:
     return loaded
 
 
+def _float_casts_after_quantize(users: dict) -> dict:
+    """attrs of a qnn.quantize, and of the cast after it -> why neither can leave TVM: it feeds a cast to a type that
+    cannot hold its values. TVM's SimplifyClipAndConsecutiveCast (simplify_expr.cc L199-245) drops the
+    quantize's own clip -> cast(int8/uint8) when a cast follows, so TVM-only converts the clipped float
+    straight to that type (a negative value to uint8, one above 127 to int8: undefined in LLVM), where
+    refcg's 8-bit result would wrap. Left in TVM, the two stay one kernel, as in TVM-only."""
+    reasons = {}
+    for node in users:
+        if _op_name(node) != "qnn.quantize" or node.checked_type.dtype not in DTYPE_RANGE:
+            continue  # the quantize check rejects other dtypes
+        lo, hi = DTYPE_RANGE[node.checked_type.dtype]
+        for user in users.get(node, []):
+            dst = str(user.attrs.dtype) if _op_name(user) == "cast" else None
+            if dst in DTYPE_RANGE and not DTYPE_RANGE[dst][0] <= lo <= hi <= DTYPE_RANGE[dst][1]:
+                reasons[node.attrs] = reasons[user.attrs] = (
+                    f"its result feeds a cast to {dst}, which TVM-only applies to the clipped float "
+                    "(SimplifyClipAndConsecutiveCast drops the quantize's own cast): undefined outside the "
+                    f"{dst} range, where refcg's {node.checked_type.dtype} would wrap")
+    return reasons
+
+
 class DequantizeUses:
     """For each qnn.dequantize of the graph being partitioned: None (safe) or why its result cannot
     leave refcg bit-exactly."""
@@ -87,8 +110,17 @@ class DequantizeUses:
         self.reasons: dict = {}
         self.known = False
         self.loaded_scale_readers: dict = {}
+        self.cast_reasons: dict = {}
+        self.failure = "partition with partition_for_refcg"
 
     def analyze(self, func: relay.Function):
+        """Never raises: on an unexpected graph the quantize and dequantize checks reject with the error."""
+        try:
+            self._analyze(func)
+        except Exception as error:  # noqa: BLE001  (a failure must not abort partition_for_refcg)
+            self.known, self.failure = False, f"{type(error).__name__}: {error}"
+
+    def _analyze(self, func: relay.Function):
         users: dict = {}
 
         def visit(node):
@@ -98,6 +130,7 @@ class DequantizeUses:
 
         relay.analysis.post_order_visit(func.body, visit)
         self.loaded_scale_readers = _loaded_scale_readers(users)
+        self.cast_reasons = _float_casts_after_quantize(users)
         outputs = set(func.body.fields) if isinstance(func.body, relay.Tuple) else {func.body}
 
         def unsafe_use(expr) -> str | None:
@@ -122,6 +155,12 @@ class DequantizeUses:
                     "dequantize's multiply (FMA contraction, constant folding): not bit-exact outside TVM")
         self.known = True
 
+    def cast_reason(self, call) -> str | None:
+        """Why a qnn.quantize or the cast after it cannot leave TVM (``_float_casts_after_quantize``), or None."""
+        if not self.known:
+            return f"its consumers are unknown ({self.failure})"
+        return self.cast_reasons.get(call.attrs) if call.attrs is not None else None
+
     def loads_scale(self, call) -> bool:
         """Whether TVM-only loads ``call``'s rank-0 scale from memory (a qnn.quantize then divides by it)."""
         return call.attrs is not None and call.attrs in self.loaded_scale_readers
@@ -132,6 +171,6 @@ class DequantizeUses:
 
     def reason(self, call) -> str | None:
         if not self.known or call.attrs not in self.reasons:
-            return "the dequantize's consumers are unknown (partition with partition_for_refcg)"
+            return f"the dequantize's consumers are unknown ({self.failure})"
         return self.reasons[call.attrs]
 

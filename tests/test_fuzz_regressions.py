@@ -328,3 +328,19 @@ def test_the_mean_head_data_rounds_ties_apart(tmp_path):
     divided = np.floor(means / scale + np.float32(0.5))
     multiplied = np.floor(means * np.float32(1.0 / np.float64(scale)) + np.float32(0.5))
     assert (divided != multiplied).sum() >= 5
+
+
+# Found 2026-12-01 by the x86 campaign on be352ce (float64 numerics, max diff 252): a float input
+# quantized to int8, then cast to uint8. TVM's SimplifyClipAndConsecutiveCast drops the quantize's own
+# cast to int8, so TVM-only casts the clipped float straight to uint8 (negative values: undefined).
+CAST_AFTER_QUANTIZE = dict(shape=(2, 4, 1, 6), layout="NCHW", dtype="float32", scale=0.0013613156042993069, zp=127,
+                           ops=[{"op": "quantize", "axis": -1, "per_axis": False, "out_dtype": "int8",
+                                 "out_scale": 0.0015775889623910189, "out_zp": 110},
+                                {"op": "copy", "kind": "cast", "dtype": "uint8"}], seed=270207)
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "float64"])
+def test_a_quantize_whose_result_is_cast_to_another_8_bit_type_stays_in_tvm(tmp_path, numerics):
+    result = check_batch([ChainSpec(**CAST_AFTER_QUANTIZE)], numerics, tmp_path)
+    assert result["mismatches"] == [] and result["cases"] == 1, result
+    assert [op for op, _, reason in result["stayed"] if "SimplifyClipAndConsecutiveCast" in reason] == ["qnn.quantize"]

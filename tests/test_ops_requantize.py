@@ -290,3 +290,17 @@ def test_a_scale_shared_with_a_quantize_left_in_tvm_stays_in_tvm(tmp_path, rng):
     assert report.offloaded_ops["qnn.dequantize"] == 1, str(report)
     reasons = [reason for op, _, reason in report.stayed if op == "qnn.dequantize"]
     assert len(reasons) == 1 and "a qnn.quantize left in TVM" in reasons[0], str(report)
+
+
+def test_a_quantize_feeding_a_cast_that_cannot_hold_its_values_stays_in_tvm(tmp_path, rng):
+    """uint8 -> int8 (values above 127) stays in TVM with its cast (TVM-only casts the clipped float);
+    int8 -> int32 holds every value: offloaded. The int8 -> uint8 case is test_fuzz_regressions'."""
+    x = relay.var("x", shape=(4, 64), dtype="float32")
+    data = rng.uniform(-2, 2, (4, 64)).astype("float32")
+    u8 = relay.qnn.op.quantize(x, const(0.01), const(128, "int32"), out_dtype="uint8")
+    i8 = relay.qnn.op.quantize(x, const(0.02), const(3, "int32"), out_dtype="int8")
+    mod = module([x], relay.Tuple([relay.cast(u8, "int8"), relay.cast(i8, "int32")]))
+    report = offload_report(compare(mod, {"x": data}, tmp_path, "llvm"))
+    stayed = [(op, reason) for op, _, reason in report.stayed if op == "qnn.quantize"]
+    assert len(stayed) == 1 and "cast to int8" in stayed[0][1], str(report)
+    assert report.offloaded_ops["qnn.quantize"] == 1, str(report)

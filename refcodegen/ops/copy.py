@@ -126,6 +126,8 @@ class Copy:
         if folded_cast(call):
             return (f"{folded_cast(call)}: TVM's SimplifyConsecutiveCast drops it before a following cast "
                     "(IsWidenCast), so whether TVM-only wraps depends on the consumer")
+        if op == "cast" and ctx.dequantize_uses.known and ctx.dequantize_uses.cast_reason(call):
+            return "reads a qnn.quantize whose " + ctx.dequantize_uses.cast_reason(call).removeprefix("its ")
         if op == "clip":
             return check_clip(call, dtype_of(call))
         if op in CLAMP_OPS:

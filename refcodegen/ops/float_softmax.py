@@ -42,7 +42,8 @@ class FloatSoftmax:
             check_tensor(data, "softmax input"), check_tensor(root, "softmax output"),
             check_qparams(self.dequantize.args[1], self.dequantize.args[2], dtype_of(data), "dequantize"),
             check_qparams(root.args[1], root.args[2], dtype_of(root), "quantize"),
-        ) or check_divisor(root.args[1], "quantize", ctx.dequantize_uses.loads_scale(root))
+        ) or ctx.dequantize_uses.cast_reason(root) or \
+            check_divisor(root.args[1], "quantize", ctx.dequantize_uses.loads_scale(root))
         if reason:
             return reason
         rank = len(static_shape(data))

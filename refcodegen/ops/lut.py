@@ -91,7 +91,8 @@ class Lut:
                 value = const_value(arg)
                 if value is not None and value.size != 1:
                     return f"{op_name(call)} has a constant of shape {value.shape}, not a scalar"
-        return tables.cannot_compute(op_name(self.op), ctx.target)
+        return (ctx.dequantize_uses.cast_reason(root) if op_name(root) == "qnn.quantize" else None) or \
+            tables.cannot_compute(op_name(self.op), ctx.target)
 
     def layout_ok(self, src_perms, dst_perm) -> bool:
         """Elementwise over the flat tensor: any layout its input and output share."""

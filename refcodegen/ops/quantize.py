@@ -84,7 +84,8 @@ class Quantize(OneCall):
             quant_dtype = dtype_of(data)
         reason = reason or check_axis_qparams(call, static_shape(data), scale, zero_point, quant_dtype, self.op)
         if reason is None and self.op == "quantize":
-            return check_divisor(scale, "quantize", ctx.dequantize_uses.loads_scale(call))
+            return ctx.dequantize_uses.cast_reason(call) or \
+                check_divisor(scale, "quantize", ctx.dequantize_uses.loads_scale(call))
         if reason is None and self.op == "dequantize":
             return ctx.dequantize_uses.reason(call)
         return reason
