@@ -25,6 +25,14 @@ def onnx_hardswish(x):
     return x * relay.clip(x * const(1 / 6) + const(0.5), 0.0, 1.0)
 
 
+def pytorch_hardsigmoid(x):  # TVM's PyTorch frontend (quantized aten::hardsigmoid)
+    return relay.clip(x + const(3.0), 0.0, 6.0) / const(6.0)
+
+
+def onnx_hardsigmoid(x):  # TVM's ONNX frontend (HardSigmoid, alpha 0.2, beta 0.5 by default)
+    return relay.clip(x * const(0.2) + const(0.5), 0.0, 1.0)
+
+
 QNN_FORMS = {
     "sigmoid": lambda x, qi, qo: relay.qnn.op.sigmoid(x, *qi, *qo),
     "tanh": lambda x, qi, qo: relay.qnn.op.tanh(x, *qi, *qo),
@@ -41,6 +49,8 @@ FLOAT_FORMS = {  # what frontends emit between qnn.dequantize and qnn.quantize
     "tflite_hardswish": tflite_hardswish,
     "pytorch_hardswish": pytorch_hardswish,
     "onnx_hardswish": onnx_hardswish,
+    "pytorch_hardsigmoid": pytorch_hardsigmoid,
+    "onnx_hardsigmoid": onnx_hardsigmoid,
 }
 
 

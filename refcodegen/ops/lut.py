@@ -19,20 +19,27 @@ QNN_OPS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish", "qnn.leaky_relu", "qnn.ex
 FLOAT_OPS = ("sigmoid", "tanh", "nn.leaky_relu")
 
 
-def hardswish_of(x):
-    """x * relu6(x + 3) / 6 in the forms the TFLite, PyTorch and ONNX frontends emit."""
-    def scaled(e):
-        return e | is_op("multiply")(e, is_constant()) | is_op("divide")(e, is_constant())
+def _scaled(e):
+    return e | is_op("multiply")(e, is_constant()) | is_op("divide")(e, is_constant())
 
-    gate = scaled(is_op("clip")(is_op("add")(scaled(x), is_constant())))
-    return scaled(is_op("multiply")(x, gate) | is_op("multiply")(gate, x))
+
+def hardsigmoid_of(x):
+    """relu6(x + 3) / 6 (PyTorch's quantized hardsigmoid: MobileNetV3's squeeze-excite) or
+    clip(alpha * x + beta, 0, 1) (ONNX HardSigmoid), in the forms the frontends emit."""
+    return _scaled(is_op("clip")(is_op("add")(_scaled(x), is_constant())))
+
+
+def hardswish_of(x):
+    """x * hardsigmoid(x) in the forms the TFLite, PyTorch and ONNX frontends emit."""
+    gate = hardsigmoid_of(x)
+    return _scaled(is_op("multiply")(x, gate) | is_op("multiply")(gate, x))
 
 
 def patterns() -> list:
     # before refcg.quantize: the float forms end in a qnn.quantize that would otherwise run alone
     qnn_ops = [is_op(name)(wildcard(), *constants(4)) for name in QNN_OPS]
     x = dequantized()
-    float_op = any_of([is_op(name)(x) for name in FLOAT_OPS] + [hardswish_of(x)])
+    float_op = any_of([is_op(name)(x) for name in FLOAT_OPS] + [hardswish_of(x), hardsigmoid_of(x)])
     return [(p, Lut.parse) for p in (*qnn_ops, is_op("qnn.quantize")(float_op, *constants(2)))]
 
 

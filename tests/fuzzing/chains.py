@@ -194,11 +194,12 @@ REQUANTIZING_OPS_PER_GROUP = {"tonearest": 1, "float64": 1}
 # The families beyond conv/dense/binary/pool/requantize/concat: the two requantizing ones share one
 # option among the requantizing ops, the rest two options, so conv and dense chains stay the majority;
 # data movement (14 ops) weighs more.
-REQUANTIZING_GLUE = ("lut", "lut", "lut", "softmax")  # 13 table forms
+REQUANTIZING_GLUE = ("lut", "lut", "lut", "lut", "softmax")  # 15 table forms
 GLUE = ("qdq", "reduce", "copy", "copy", "copy")
 LUT_FORMS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish", "qnn.leaky_relu",  # qnn ops TVM turns into tables
              "qnn.exp", "qnn.log", "qnn.abs",
-             "sigmoid", "tanh", "leaky_relu", "tflite_hardswish", "pytorch_hardswish", "onnx_hardswish")
+             "sigmoid", "tanh", "leaky_relu", "tflite_hardswish", "pytorch_hardswish", "onnx_hardswish",
+             "pytorch_hardsigmoid", "onnx_hardsigmoid")
 COPY_OPS = ("cast", "reshape", "squeeze", "expand_dims", "batch_flatten", "transpose", "layout_transform",
             "strided_slice", "split", "pad", "depth_to_space", "clip", "maximum", "minimum")
 WIDE = ("int16", "int32")
@@ -586,7 +587,9 @@ def _lut(y, state, op, ctx):
     f = {"sigmoid": relay.sigmoid, "tanh": relay.tanh, "leaky_relu": lambda v: relay.nn.leaky_relu(v, op["alpha"]),
          "tflite_hardswish": lambda v: v * relay.clip(v + three, 0.0, 6.0) / six,
          "pytorch_hardswish": lambda v: v * (relay.clip(v + three, 0.0, 6.0) / six),
-         "onnx_hardswish": lambda v: v * relay.clip(v * _c(1 / 6) + _c(0.5), 0.0, 1.0)}[form](x)
+         "onnx_hardswish": lambda v: v * relay.clip(v * _c(1 / 6) + _c(0.5), 0.0, 1.0),
+         "pytorch_hardsigmoid": lambda v: relay.clip(v + three, 0.0, 6.0) / six,
+         "onnx_hardsigmoid": lambda v: relay.clip(v * _c(0.2) + _c(0.5), 0.0, 1.0)}[form](x)
     return relay.qnn.op.quantize(f, *qo, out_dtype=op["out_dtype"]), new
 
 
