@@ -99,13 +99,31 @@ REFCG_INLINE int64_t refcg_job_out(const refcg_gemm_job* j, int32_t i) {
   return (int64_t)(i / j->cols) * j->o_row_h + (int64_t)(i % j->cols) * j->o_row_w;
 }
 
-/* Modes with vector code: int64 UPWARD without left shifts, float32 UPWARD/TONEAREST. */
+/* The int64 modes as the vector epilogues compute them (refcg_fast_x86.c), exact wherever
+ * refcg_fpm_upward / refcg_fpm_tonearest are defined (shifts s in [-32, 63]). With p = x * m in
+ * int64 and t = 31 - min(s, 0), the result is bits [t, t + 32) of w = (p << max(s, 0)) + 2^(t-1)
+ * (- 1 when TONEAREST and p << max(s, 0) < 0), sign-filled past bit 63: the high 32 bits of
+ * u = w << a (a = 1 when t == 31) shifted right arithmetically by r = t - 32 + a, so the last shift
+ * runs on 32-bit lanes and the two int64 halves merge with one shuffle. UPWARD folds a into the
+ * first shift (l1 = max(s, 0) + a, rounding 2^(kx) with kx = t - 1 + a); TONEAREST takes the sign
+ * before it (l2 = a). The variants compute these per lane; this is the one-channel form. */
+typedef struct {
+  int32_t l1, l2, kx, r;
+} refcg_fpm_plan;
+
+REFCG_INLINE refcg_fpm_plan refcg_fpm_plan_of(int32_t mode, int32_t s) {
+  const int32_t a = s >= 0, up = mode == REFCG_RQ_INT64_UPWARD, t = 31 - (s < 0 ? s : 0);
+  const refcg_fpm_plan plan = {(s > 0 ? s : 0) + (up ? a : 0), up ? 0 : a, t - 1 + (up ? a : 0), t - 32 + a};
+  return plan;
+}
+
+/* Modes with vector code: every mode but the aarch64 NEON one, int64 shifts in [-32, 63]. */
 REFCG_INLINE int refcg_rq_vector_ok(const refcg_requant* rq, int32_t channels) {
-  if (rq->mode == REFCG_RQ_FLOAT32_UPWARD || rq->mode == REFCG_RQ_FLOAT32_TONEAREST) return 1;
-  if (rq->mode != REFCG_RQ_INT64_UPWARD) return 0;
+  if (rq->mode == REFCG_RQ_INT64_UPWARD_NEON) return 0;
+  if (rq->mode != REFCG_RQ_INT64_UPWARD && rq->mode != REFCG_RQ_INT64_TONEAREST) return 1;
   if (rq->identity) return 1;
   for (int32_t c = 0; c < (rq->per_channel ? channels : 1); ++c)
-    if (rq->shift[c] > 0 || rq->shift[c] < -31) return 0;
+    if (rq->shift[c] > 63 || rq->shift[c] < -32) return 0;
   return 1;
 }
 
