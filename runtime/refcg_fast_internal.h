@@ -105,17 +105,18 @@ REFCG_INLINE int64_t refcg_job_out(const refcg_gemm_job* j, int32_t i) {
  * (- 1 when TONEAREST and p << max(s, 0) < 0), sign-filled past bit 63: the high 32 bits of
  * u = w << a (a = 1 when t == 31) shifted right arithmetically by r = t - 32 + a, so the last shift
  * runs on 32-bit lanes and the two int64 halves merge with one shuffle. UPWARD folds a into the
- * first shift (l1 = max(s, 0) + a, rounding 2^(kx) with kx = t - 1 + a); TONEAREST takes the sign
- * before it (l2 = a). The variants compute these per lane; this is the one-channel form. */
-typedef struct {
-  int32_t l1, l2, kx, r;
-} refcg_fpm_plan;
-
-REFCG_INLINE refcg_fpm_plan refcg_fpm_plan_of(int32_t mode, int32_t s) {
-  const int32_t a = s >= 0, up = mode == REFCG_RQ_INT64_UPWARD, t = 31 - (s < 0 ? s : 0);
-  const refcg_fpm_plan plan = {(s > 0 ? s : 0) + (up ? a : 0), up ? 0 : a, t - 1 + (up ? a : 0), t - 32 + a};
-  return plan;
-}
+ * first shift (l1 = max(s, 0) + a, rounding 2^kx with kx = t - 1 + a); TONEAREST takes the sign
+ * before it (l2 = a). REFCG_FPM_PLAN computes l1, l2, kx and r from s, lane by lane for a GCC
+ * vector of int32 of any width (the variants' lane loads); up: 1 for UPWARD, 0 for TONEAREST.
+ * Branch-free: with n = s >> 31, min(s, 0) = s & n and a = n + 1. */
+#define REFCG_FPM_PLAN(s, up, l1, l2, kx, r)                                                  \
+  do {                                                                                        \
+    const __typeof__(s) n_ = (s) >> 31, a_ = n_ + 1, upm_ = (s) - (s) - (up), nonpos_ = (s) & n_; \
+    (l1) = ((s) & ~n_) + (a_ & upm_);                                                         \
+    (l2) = a_ & ~upm_;                                                                        \
+    (kx) = 30 - nonpos_ + (a_ & upm_);                                                        \
+    (r) = a_ - 1 - nonpos_;                                                                   \
+  } while (0)
 
 /* Modes with vector code: every mode but the aarch64 NEON one, int64 shifts in [-32, 63]. */
 REFCG_INLINE int refcg_rq_vector_ok(const refcg_requant* rq, int32_t channels) {

@@ -38,6 +38,10 @@ REFCG_INLINE float refcg_load_f32(const uint8_t* p) {
   return v;
 }
 
+/* int32 lanes as GCC vectors, for the width-independent arithmetic of REFCG_FPM_PLAN. */
+typedef int32_t refcg_v8si __attribute__((vector_size(32)));
+typedef int32_t refcg_v16si __attribute__((vector_size(64)));
+
 /* ================= AVX2 (also used by the AVX-VNNI section for its epilogue) ================= */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
@@ -48,10 +52,10 @@ REFCG_INLINE float refcg_load_f32(const uint8_t* p) {
 
 /* Requantize constants of 8 lanes: channels c + l, l < n (lanes = 1) or channel c in every lane
  * (lanes = 0); nothing for identity. The mode's constants share storage (the union): int64 modes,
- * the multiplier (even lanes, odd lanes moved down) and refcg_fpm_plan (rounding 2^kx as the even
+ * the multiplier (even lanes, odd lanes moved down) and REFCG_FPM_PLAN (rounding 2^kx as the even
  * and odd int64 halves, r; l1 and l2 only read when general); float modes, the scale. */
 typedef struct {
-  int32_t general; /* int64: some lane shifts left (l1 or l2 nonzero), or TONEAREST */
+  int32_t general; /* int64: TONEAREST, or some lane shifts left first (l1 nonzero) */
   union {
     struct {
       __m256i m_e, m_o, k_e, k_o, r, l1, l2;
@@ -87,36 +91,25 @@ REFCG_INLINE refcg_rqv_avx2 refcg_rqv_load_avx2(const refcg_requant* rq, int32_t
                        : _mm256_set1_pd(rq->scale_f64[c]);
     return r;
   }
-  __m256i m, kx;
-  if (lanes) { /* refcg_fpm_plan_of per lane; lanes past n get shift -1 (no left shift) */
-    const __m256i s = _mm256_blendv_epi8(_mm256_set1_epi32(-1), _mm256_maskload_epi32(rq->shift + c, mask), mask);
-    const __m256i one = _mm256_set1_epi32(1), nonpos = _mm256_min_epi32(s, zero);
-    const __m256i a = _mm256_add_epi32(_mm256_srai_epi32(s, 31), one), tm1 = _mm256_sub_epi32(_mm256_set1_epi32(30), nonpos);
-    const int up = rq->mode == REFCG_RQ_INT64_UPWARD;
-    m = _mm256_maskload_epi32(rq->multiplier + c, mask);
-    r.c.q.l1 = up ? _mm256_add_epi32(_mm256_max_epi32(s, zero), a) : _mm256_max_epi32(s, zero);
-    r.c.q.l2 = up ? zero : a;
-    kx = up ? _mm256_add_epi32(tm1, a) : tm1;
-    r.c.q.r = _mm256_sub_epi32(_mm256_sub_epi32(a, one), nonpos);
-    r.general = !up || !_mm256_testz_si256(r.c.q.l1, r.c.q.l1);
-  } else {
-    const refcg_fpm_plan plan = refcg_fpm_plan_of(rq->mode, rq->shift[c]);
-    m = _mm256_set1_epi32(rq->multiplier[c]);
-    r.c.q.l1 = _mm256_set1_epi32(plan.l1);
-    r.c.q.l2 = _mm256_set1_epi32(plan.l2);
-    kx = _mm256_set1_epi32(plan.kx);
-    r.c.q.r = _mm256_set1_epi32(plan.r);
-    r.general = rq->mode != REFCG_RQ_INT64_UPWARD || plan.l1 != 0;
-  }
+  /* lanes past n get shift -1: no left shift */
+  const __m256i s = lanes ? _mm256_blendv_epi8(_mm256_set1_epi32(-1), _mm256_maskload_epi32(rq->shift + c, mask), mask)
+                          : _mm256_set1_epi32(rq->shift[c]);
+  const __m256i m = lanes ? _mm256_maskload_epi32(rq->multiplier + c, mask) : _mm256_set1_epi32(rq->multiplier[c]);
+  refcg_v8si l1, l2, kx, rs;
+  REFCG_FPM_PLAN((refcg_v8si)s, rq->mode == REFCG_RQ_INT64_UPWARD, l1, l2, kx, rs);
+  r.c.q.l1 = (__m256i)l1;
+  r.c.q.l2 = (__m256i)l2;
+  r.c.q.r = (__m256i)rs;
+  r.general = rq->mode == REFCG_RQ_INT64_TONEAREST || !_mm256_testz_si256(r.c.q.l1, r.c.q.l1);
   const __m256i one64 = _mm256_set1_epi64x(1);
   r.c.q.m_e = m;
   r.c.q.m_o = _mm256_shuffle_epi32(m, 0xF5); /* odd lanes into the even slots _mm256_mul_epi32 reads */
-  r.c.q.k_e = _mm256_sllv_epi64(one64, refcg_even64_avx2(kx));
-  r.c.q.k_o = _mm256_sllv_epi64(one64, refcg_odd64_avx2(kx));
+  r.c.q.k_e = _mm256_sllv_epi64(one64, refcg_even64_avx2((__m256i)kx));
+  r.c.q.k_o = _mm256_sllv_epi64(one64, refcg_odd64_avx2((__m256i)kx));
   return r;
 }
 
-/* One int64 half of refcg_fpm_plan in general: ((p << l1) + k (- 1 if negative: TONEAREST)) << l2. */
+/* One int64 half of REFCG_FPM_PLAN in general: ((p << l1) + k (- 1 if negative: TONEAREST)) << l2. */
 REFCG_INLINE __m256i refcg_fpm_half_avx2(__m256i p, __m256i l1, __m256i k, __m256i l2, int tonearest) {
   p = _mm256_sllv_epi64(p, l1);
   if (tonearest) p = _mm256_add_epi64(p, _mm256_cmpgt_epi64(_mm256_setzero_si256(), p));
@@ -153,7 +146,7 @@ REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, c
   __m256i v;
   if (rq->mode == REFCG_RQ_INT64_UPWARD || rq->mode == REFCG_RQ_INT64_TONEAREST) {
     v = _mm256_sub_epi32(acc, _mm256_set1_epi32(rq->input_zp));
-    if (!rq->identity) { /* refcg_fpm_plan: even and odd int64 products, then their high halves */
+    if (!rq->identity) { /* REFCG_FPM_PLAN: even and odd int64 products, then their high halves */
       __m256i pe = _mm256_mul_epi32(v, r->c.q.m_e), po = _mm256_mul_epi32(_mm256_shuffle_epi32(v, 0xF5), r->c.q.m_o);
       if (r->general) {
         const int tonearest = rq->mode == REFCG_RQ_INT64_TONEAREST;
@@ -699,12 +692,12 @@ static void refcg_dwp_avxvnni(const void* ctx, int64_t c0, int64_t c1) {
 
 /* Requantize constants as vectors, prepared once per channel block (or per plane): zero points
  * and clamp range, then the mode's constants, which share storage (the union): int64 modes, the
- * multiplier (even lanes, odd lanes moved down) and refcg_fpm_plan (rounding 2^kx as the even and
+ * multiplier (even lanes, odd lanes moved down) and REFCG_FPM_PLAN (rounding 2^kx as the even and
  * odd int64 halves, r; l1 and l2 only read when general); float modes, the scale (float64: lanes
  * 0-7, 8-15) and the expression's constants. */
 typedef struct {
   int32_t mode, identity, fused, round_emulated, has_post;
-  int32_t general; /* int64: some lane shifts left (l1 or l2 nonzero), or TONEAREST */
+  int32_t general; /* int64: TONEAREST, or some lane shifts left first (l1 nonzero) */
   __m512i izp, ozp, lo, hi;
   union {
     struct {
@@ -756,36 +749,25 @@ REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load_avx512(const refcg_requant* rq, int
     return r;
   }
   if (rq->identity) return r;
-  __m512i m, kx;
-  if (lanes) { /* refcg_fpm_plan_of per lane; masked-off lanes get shift -1 (no left shift) */
-    const __m512i s = _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), mask, rq->shift + c);
-    const __m512i one = _mm512_set1_epi32(1), nonpos = _mm512_min_epi32(s, zero);
-    const __m512i a = _mm512_add_epi32(_mm512_srai_epi32(s, 31), one), tm1 = _mm512_sub_epi32(_mm512_set1_epi32(30), nonpos);
-    const int up = rq->mode == REFCG_RQ_INT64_UPWARD;
-    m = _mm512_maskz_loadu_epi32(mask, rq->multiplier + c);
-    r.c.q.l1 = up ? _mm512_add_epi32(_mm512_max_epi32(s, zero), a) : _mm512_max_epi32(s, zero);
-    r.c.q.l2 = up ? zero : a;
-    kx = up ? _mm512_add_epi32(tm1, a) : tm1;
-    r.c.q.r = _mm512_sub_epi32(_mm512_sub_epi32(a, one), nonpos);
-    r.general = !up || _mm512_test_epi32_mask(r.c.q.l1, r.c.q.l1) != 0;
-  } else {
-    const refcg_fpm_plan plan = refcg_fpm_plan_of(rq->mode, rq->shift[c]);
-    m = _mm512_set1_epi32(rq->multiplier[c]);
-    r.c.q.l1 = _mm512_set1_epi32(plan.l1);
-    r.c.q.l2 = _mm512_set1_epi32(plan.l2);
-    kx = _mm512_set1_epi32(plan.kx);
-    r.c.q.r = _mm512_set1_epi32(plan.r);
-    r.general = rq->mode != REFCG_RQ_INT64_UPWARD || plan.l1 != 0;
-  }
+  /* masked-off lanes get shift -1: no left shift */
+  const __m512i s = lanes ? _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), mask, rq->shift + c)
+                          : _mm512_set1_epi32(rq->shift[c]);
+  const __m512i m = lanes ? _mm512_maskz_loadu_epi32(mask, rq->multiplier + c) : _mm512_set1_epi32(rq->multiplier[c]);
+  refcg_v16si l1, l2, kx, rs;
+  REFCG_FPM_PLAN((refcg_v16si)s, rq->mode == REFCG_RQ_INT64_UPWARD, l1, l2, kx, rs);
+  r.c.q.l1 = (__m512i)l1;
+  r.c.q.l2 = (__m512i)l2;
+  r.c.q.r = (__m512i)rs;
+  r.general = rq->mode == REFCG_RQ_INT64_TONEAREST || _mm512_test_epi32_mask(r.c.q.l1, r.c.q.l1) != 0;
   const __m512i one64 = _mm512_set1_epi64(1);
   r.c.q.m_e = m;
   r.c.q.m_o = _mm512_shuffle_epi32(m, _MM_PERM_DDBB); /* odd lanes into the even slots vpmuldq reads */
-  r.c.q.k_e = _mm512_sllv_epi64(one64, refcg_even64_avx512(kx));
-  r.c.q.k_o = _mm512_sllv_epi64(one64, refcg_odd64_avx512(kx));
+  r.c.q.k_e = _mm512_sllv_epi64(one64, refcg_even64_avx512((__m512i)kx));
+  r.c.q.k_o = _mm512_sllv_epi64(one64, refcg_odd64_avx512((__m512i)kx));
   return r;
 }
 
-/* One int64 half of refcg_fpm_plan in general: ((p << l1) + k (- 1 if negative: TONEAREST)) << l2. */
+/* One int64 half of REFCG_FPM_PLAN in general: ((p << l1) + k (- 1 if negative: TONEAREST)) << l2. */
 REFCG_INLINE __m512i refcg_fpm_half_avx512(__m512i p, __m512i l1, __m512i k, __m512i l2, int tonearest) {
   p = _mm512_sllv_epi64(p, l1);
   if (tonearest) p = _mm512_add_epi64(p, _mm512_srai_epi64(p, 63));
@@ -822,7 +804,7 @@ REFCG_INLINE __m512i refcg_rq_apply_avx512(const refcg_rqv_avx512* r, __m512i ac
   __m512i v;
   if (r->mode == REFCG_RQ_INT64_UPWARD || r->mode == REFCG_RQ_INT64_TONEAREST) {
     v = _mm512_sub_epi32(acc, r->izp);
-    if (!r->identity) { /* refcg_fpm_plan: even and odd int64 products, then their high halves */
+    if (!r->identity) { /* REFCG_FPM_PLAN: even and odd int64 products, then their high halves */
       __m512i pe = _mm512_mul_epi32(v, r->c.q.m_e);
       __m512i po = _mm512_mul_epi32(_mm512_shuffle_epi32(v, _MM_PERM_DDBB), r->c.q.m_o);
       if (r->general) {
