@@ -91,17 +91,28 @@ REFCG_INLINE refcg_rqv_avx2 refcg_rqv_load_avx2(const refcg_requant* rq, int32_t
                        : _mm256_set1_pd(rq->scale_f64[c]);
     return r;
   }
+  const int up = rq->mode == REFCG_RQ_INT64_UPWARD;
+  if (!lanes) { /* one channel: the plan in scalars, then broadcasts (the plane kernels, per channel and tile) */
+    const int32_t shift = rq->shift[c];
+    int32_t l1, l2, kx, rs;
+    REFCG_FPM_PLAN(shift, up, l1, l2, kx, rs);
+    r.c.q.m_e = r.c.q.m_o = _mm256_set1_epi32(rq->multiplier[c]);
+    r.c.q.k_e = r.c.q.k_o = _mm256_set1_epi64x((long long)(1ULL << (kx & 63))); /* kx < 64 where it is read */
+    r.c.q.l1 = _mm256_set1_epi32(l1);
+    r.c.q.l2 = _mm256_set1_epi32(l2);
+    r.c.q.r = _mm256_set1_epi32(rs);
+    r.general = !up || l1 != 0;
+    return r;
+  }
   /* lanes past n get shift -1: no left shift */
-  const __m256i s = lanes ? _mm256_blendv_epi8(_mm256_set1_epi32(-1), _mm256_maskload_epi32(rq->shift + c, mask), mask)
-                          : _mm256_set1_epi32(rq->shift[c]);
-  const __m256i m = lanes ? _mm256_maskload_epi32(rq->multiplier + c, mask) : _mm256_set1_epi32(rq->multiplier[c]);
+  const __m256i s = _mm256_blendv_epi8(_mm256_set1_epi32(-1), _mm256_maskload_epi32(rq->shift + c, mask), mask);
+  const __m256i m = _mm256_maskload_epi32(rq->multiplier + c, mask), one64 = _mm256_set1_epi64x(1);
   refcg_v8si l1, l2, kx, rs;
-  REFCG_FPM_PLAN((refcg_v8si)s, rq->mode == REFCG_RQ_INT64_UPWARD, l1, l2, kx, rs);
+  REFCG_FPM_PLAN((refcg_v8si)s, up, l1, l2, kx, rs);
   r.c.q.l1 = (__m256i)l1;
   r.c.q.l2 = (__m256i)l2;
   r.c.q.r = (__m256i)rs;
-  r.general = rq->mode == REFCG_RQ_INT64_TONEAREST || !_mm256_testz_si256(r.c.q.l1, r.c.q.l1);
-  const __m256i one64 = _mm256_set1_epi64x(1);
+  r.general = !up || !_mm256_testz_si256(r.c.q.l1, r.c.q.l1);
   r.c.q.m_e = m;
   r.c.q.m_o = _mm256_shuffle_epi32(m, 0xF5); /* odd lanes into the even slots _mm256_mul_epi32 reads */
   r.c.q.k_e = _mm256_sllv_epi64(one64, refcg_even64_avx2((__m256i)kx));
@@ -749,17 +760,28 @@ REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load_avx512(const refcg_requant* rq, int
     return r;
   }
   if (rq->identity) return r;
+  const int up = rq->mode == REFCG_RQ_INT64_UPWARD;
+  if (!lanes) { /* one channel: the plan in scalars, then broadcasts (the plane kernels, per channel and tile) */
+    const int32_t shift = rq->shift[c];
+    int32_t l1, l2, kx, rs;
+    REFCG_FPM_PLAN(shift, up, l1, l2, kx, rs);
+    r.c.q.m_e = r.c.q.m_o = _mm512_set1_epi32(rq->multiplier[c]);
+    r.c.q.k_e = r.c.q.k_o = _mm512_set1_epi64((long long)(1ULL << (kx & 63))); /* kx < 64 where it is read */
+    r.c.q.l1 = _mm512_set1_epi32(l1);
+    r.c.q.l2 = _mm512_set1_epi32(l2);
+    r.c.q.r = _mm512_set1_epi32(rs);
+    r.general = !up || l1 != 0;
+    return r;
+  }
   /* masked-off lanes get shift -1: no left shift */
-  const __m512i s = lanes ? _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), mask, rq->shift + c)
-                          : _mm512_set1_epi32(rq->shift[c]);
-  const __m512i m = lanes ? _mm512_maskz_loadu_epi32(mask, rq->multiplier + c) : _mm512_set1_epi32(rq->multiplier[c]);
+  const __m512i s = _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), mask, rq->shift + c);
+  const __m512i m = _mm512_maskz_loadu_epi32(mask, rq->multiplier + c), one64 = _mm512_set1_epi64(1);
   refcg_v16si l1, l2, kx, rs;
-  REFCG_FPM_PLAN((refcg_v16si)s, rq->mode == REFCG_RQ_INT64_UPWARD, l1, l2, kx, rs);
+  REFCG_FPM_PLAN((refcg_v16si)s, up, l1, l2, kx, rs);
   r.c.q.l1 = (__m512i)l1;
   r.c.q.l2 = (__m512i)l2;
   r.c.q.r = (__m512i)rs;
-  r.general = rq->mode == REFCG_RQ_INT64_TONEAREST || _mm512_test_epi32_mask(r.c.q.l1, r.c.q.l1) != 0;
-  const __m512i one64 = _mm512_set1_epi64(1);
+  r.general = !up || _mm512_test_epi32_mask(r.c.q.l1, r.c.q.l1) != 0;
   r.c.q.m_e = m;
   r.c.q.m_o = _mm512_shuffle_epi32(m, _MM_PERM_DDBB); /* odd lanes into the even slots vpmuldq reads */
   r.c.q.k_e = _mm512_sllv_epi64(one64, refcg_even64_avx512((__m512i)kx));
@@ -1000,6 +1022,19 @@ REFCG_INLINE void refcg_dwp_store_avx512(const refcg_epi* e, const refcg_rqv_avx
     _mm512_mask_cvtepi32_storeu_epi8((uint8_t*)e->out + off, mask, v); /* values are in range */
 }
 
+/* The low bytes of NV (1 to 4) vectors of 16 requantized values (in the output dtype's range, so
+ * the saturating packs change nothing), n of them stored (64 or more: all): two packs and one dword
+ * permute for up to 64 bytes, instead of a vpmovdb store per vector. */
+REFCG_INLINE void refcg_store_bytes_avx512(uint8_t* out, const __m512i* v, int NV, int is_unsigned, int64_t n) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i a = _mm512_packs_epi32(v[0], NV > 1 ? v[1] : zero), b = NV > 2 ? _mm512_packs_epi32(v[2], NV > 3 ? v[3] : zero) : zero;
+  const __m512i bytes = is_unsigned ? _mm512_packus_epi16(a, b) : _mm512_packs_epi16(a, b);
+  /* 128-bit lane l holds 4 values of each vector k at dword 4 l + k: back to dword 4 k + l */
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __mmask64 mask = n >= 16 * NV ? (__mmask64)(~0ULL >> (64 - 16 * NV)) : (__mmask64)((1ULL << n) - 1ULL);
+  _mm512_mask_storeu_epi8(out, mask, _mm512_permutexvar_epi32(order, bytes));
+}
+
 /* Expand a padded row: per group and 16 pixels one 64-byte load, vpermd (lane k: bytes from
  * 4 * k * sw) and vpshufb (the Q taps of each pixel into its 32-bit lane). */
 REFCG_INLINE void refcg_dwp_expand_avx512(const refcg_dwp_job* j, const uint8_t* row, int32_t* e) {
@@ -1029,6 +1064,11 @@ REFCG_INLINE void refcg_dwp_nb_avx512(const refcg_dwp_strip* s, const refcg_dwpk
       const __m512i w = _mm512_set1_epi32(s->words[r * g + i]);
       for (int b = 0; b < NB; ++b) acc[b] = _mm512_dpbusd_epi32(acc[b], _mm512_load_si512(e + i * owp + 16 * b), w);
     }
+  if (s->epi.rq_vector && s->epi.out_dtype != REFCG_S32) { /* the NB * 16 pixels as one store */
+    for (int b = 0; b < NB; ++b) acc[b] = refcg_rq_apply_avx512(&k->r, acc[b]);
+    refcg_store_bytes_avx512((uint8_t*)s->epi.out + off, acc, NB, s->epi.out_dtype == REFCG_U8, n);
+    return;
+  }
   for (int b = 0; b < NB; ++b) refcg_dwp_store_avx512(&s->epi, &k->r, acc[b], s->oc, off + 16 * b, n - 16 * b < 16 ? n - 16 * b : 16);
 }
 
@@ -1078,10 +1118,18 @@ REFCG_INLINE void refcg_gemmp_tile_avx512(const refcg_gemmp_job* j, int32_t oc0,
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], xv[v], w);
     }
   }
+  const int bytes = j->epi.rq_vector && j->epi.out_dtype != REFCG_S32;
   for (int r = 0; r < rows; ++r) {
     const int32_t oc = oc0 + r;
     const refcg_rqv_avx512 rv = refcg_rqv_load_avx512(j->epi.rq, oc, 0, 0); /* channel oc in every lane */
     const __m512i corr = _mm512_set1_epi32(j->epi.corr[oc]);
+    if (bytes) { /* the row's NV * 16 pixels as one store */
+      __m512i v[4];
+      for (int b = 0; b < NV; ++b) v[b] = refcg_rq_apply_avx512(&rv, _mm512_add_epi32(acc[r][b], corr));
+      refcg_store_bytes_avx512((uint8_t*)j->epi.out + oc * j->epi.o_c + p0, v, NV, j->epi.out_dtype == REFCG_U8,
+                               j->hw - p0);
+      continue;
+    }
     for (int v = 0; v < NV; ++v) {
       const int64_t p = p0 + 16 * v;
       if (p >= j->hw) break;

@@ -72,12 +72,14 @@ def epilogue_case(cores, isa, planar, rq_py, acc, corr, pixels, channels, runs):
     return {name: statistics.median(t) for name, t in out.items()}
 
 
-def conv_case(cores, isa, rq_py, rng, hw, cin, cout, runs):
+def conv_case(cores, isa, rq_py, rng, hw, cin, cout, runs, depthwise=False):
+    """A 1x1 conv (or a depthwise 3x3 with cin == cout), NCHW: the plane kernels."""
     x = rng.integers(-128, 128, (1, cin, hw, hw)).astype(np.int8)
-    w = rng.integers(-128, 128, (cout, 1, 1, cin)).astype(np.int8)
+    k, groups = (3, cin) if depthwise else (1, 1)
+    w = rng.integers(-128, 128, (cout, k, k, cin // groups)).astype(np.int8)
     bias = rng.integers(-5000, 5000, cout).astype(np.int32)
     convs = {name: Conv2D(core, in_shape=x.shape, layout="NCHW", weight_ohwi=w, bias=bias, requant=rq_py,
-                          input_zp=3, reference_weights=False)
+                          input_zp=3, padding=(k // 2,) * 4, groups=groups, reference_weights=depthwise)
              for name, core in cores.items()}
     results = {name: [] for name in cores}
     for core in cores.values():
@@ -96,7 +98,9 @@ def main():
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--isa", nargs="*", default=["avx512vnni", "avx2"])
     parser.add_argument("--channels", nargs="*", type=int, default=[24, 144])
-    parser.add_argument("--conv", action="store_true", help="also a 1x1 conv 56x56, K=24 -> 144 channels, end to end")
+    parser.add_argument("--conv", action="store_true", help="also a 1x1 conv 56x56, K=24 -> 144 channels, and a depthwise 3x3, end to end")
+    parser.add_argument("--conv-only", action="store_true", help="only the conv")
+    parser.add_argument("--modes", nargs="*", default=[f"{r}/{c}" for r, c in MODES], help="e.g. UPWARD/int64")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         cores = {"old": Core(source=bundle_of(args.against, Path(work)), harness=True), "new": Core(harness=True)}
@@ -105,7 +109,8 @@ def main():
     print(f"requantize epilogue, {pixels} pixels, int8 out, per-channel scales; ms, CPU time, loaded machine "
           f"(median of {args.runs}); old = {args.against}")
     print(f"{'mode':<18} {'isa':<11} {'layout':<7} {'C':>4} {'old':>8} {'new':>8} {'speedup':>8}")
-    for rounding, compute in MODES:
+    modes = [(r, c) for r, c in MODES if f"{r}/{c}" in args.modes]
+    for rounding, compute in [] if args.conv_only else modes:
         for channels in args.channels:
             acc = np.append(np.round(rng.normal(0, 3000, pixels * channels)), np.zeros(16)).astype(np.int32)
             corr = rng.integers(-20000, 20000, channels).astype(np.int32)
@@ -116,13 +121,21 @@ def main():
                     t = epilogue_case(cores, isa, planar, rq, acc, corr, pixels, channels, args.runs)
                     print(f"{rounding + '/' + compute:<18} {isa:<11} {'NCHW' if planar else 'NHWC':<7} {channels:>4} "
                           f"{t['old']:8.3f} {t['new']:8.3f} {t['old'] / t['new']:7.2f}x", flush=True)
-    if args.conv:
+    if args.conv or args.conv_only:
         print("1x1 conv NCHW 56x56, 24 -> 144 channels (planar kernel), int8 out; ms, CPU time, loaded machine")
-        for rounding, compute in MODES:
+        for rounding, compute in modes:
             scales = rng.uniform(0.5, 1.5, 144).astype(np.float32) / 3000.0
             rq = make_requantize(scales, np.float32(1.0), 3, -3, "int8", rounding, compute, lowering=FMA)
             for isa in args.isa:
                 t = conv_case(cores, isa, rq, rng, 56, 24, 144, args.runs)
+                print(f"{rounding + '/' + compute:<18} {isa:<11} {t['old']:8.3f} {t['new']:8.3f} "
+                      f"{t['old'] / t['new']:7.2f}x", flush=True)
+        print("depthwise 3x3 NCHW 56x56, 144 channels (plane kernel), int8 out")
+        for rounding, compute in modes:
+            scales = rng.uniform(0.5, 1.5, 144).astype(np.float32) / 300.0
+            rq = make_requantize(scales, np.float32(1.0), 3, -3, "int8", rounding, compute, lowering=FMA)
+            for isa in args.isa:
+                t = conv_case(cores, isa, rq, rng, 56, 144, 144, args.runs, depthwise=True)
                 print(f"{rounding + '/' + compute:<18} {isa:<11} {t['old']:8.3f} {t['new']:8.3f} "
                       f"{t['old'] / t['new']:7.2f}x", flush=True)
 
