@@ -129,27 +129,27 @@ REFCG_INLINE __m256i refcg_fpm_half_avx2(__m256i p, __m256i l1, __m256i k, __m25
 
 /* refcg_requantize_one's float expression on the lanes of f (float or double vectors, suffix sfx),
  * scale and the mode's constants from rq (addend, post: float32 or float64 fields). */
-#define REFCG_RQ_FLOAT_AVX2(rq, f, scale, addend, post, sfx)                                                    \
-  do {                                                                                                          \
-    const __typeof__(f) sign_ = _mm256_set1_##sfx(-0.0), add_ = _mm256_set1_##sfx(addend);                      \
-    f = _mm256_sub_##sfx(f, _mm256_set1_##sfx((rq)->input_zp));                                                 \
-    if ((rq)->identity)                                                                                         \
-      f = _mm256_add_##sfx(f, add_);                                                                            \
-    else if ((rq)->fused)                                                                                       \
-      f = _mm256_fmadd_##sfx(f, scale, add_);                                                                   \
-    else                                                                                                        \
-      f = _mm256_add_##sfx(_mm256_mul_##sfx(f, scale), add_);                                                   \
-    if ((post) != 0) f = _mm256_add_##sfx(f, _mm256_set1_##sfx(post)); /* + 0.0 changes no result */            \
-    if ((rq)->mode == REFCG_RQ_FLOAT32_UPWARD || (rq)->mode == REFCG_RQ_FLOAT64_UPWARD) {                      \
-      f = _mm256_floor_##sfx(f);                                                                                \
-    } else if ((rq)->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */                     \
-      f = _mm256_add_##sfx(f, _mm256_or_##sfx(_mm256_and_##sfx(f, sign_), _mm256_set1_##sfx(0.5)));              \
-    } else { /* half away from zero; f - trunc(f) is exact */                                                   \
-      const __typeof__(f) t_ = _mm256_round_##sfx(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);                   \
-      const __typeof__(f) half_ =                                                                               \
-          _mm256_cmp_##sfx(_mm256_andnot_##sfx(sign_, _mm256_sub_##sfx(f, t_)), _mm256_set1_##sfx(0.5), _CMP_GE_OQ); \
-      f = _mm256_add_##sfx(t_, _mm256_and_##sfx(half_, _mm256_or_##sfx(_mm256_set1_##sfx(1.0), _mm256_and_##sfx(f, sign_)))); \
-    }                                                                                                           \
+#define REFCG_RQ_FLOAT_AVX2(rq, f, scale, addend, post, sfx)                                           \
+  do {                                                                                                 \
+    const __typeof__(f) sign_ = _mm256_set1_##sfx(-0.0), one_ = _mm256_set1_##sfx(1.0);                \
+    const __typeof__(f) half_ = _mm256_set1_##sfx(0.5), add_ = _mm256_set1_##sfx(addend);             \
+    f = _mm256_sub_##sfx(f, _mm256_set1_##sfx((rq)->input_zp));                                        \
+    if ((rq)->identity)                                                                                \
+      f = _mm256_add_##sfx(f, add_);                                                                   \
+    else if ((rq)->fused)                                                                              \
+      f = _mm256_fmadd_##sfx(f, scale, add_);                                                          \
+    else                                                                                               \
+      f = _mm256_add_##sfx(_mm256_mul_##sfx(f, scale), add_);                                          \
+    if ((post) != 0) f = _mm256_add_##sfx(f, _mm256_set1_##sfx(post)); /* + 0.0 changes no result */   \
+    if ((rq)->mode == REFCG_RQ_FLOAT32_UPWARD || (rq)->mode == REFCG_RQ_FLOAT64_UPWARD) {             \
+      f = _mm256_floor_##sfx(f);                                                                       \
+    } else if ((rq)->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */            \
+      f = _mm256_add_##sfx(f, _mm256_or_##sfx(_mm256_and_##sfx(f, sign_), half_));                    \
+    } else { /* half away from zero; f - trunc(f) is exact */                                          \
+      const __typeof__(f) t_ = _mm256_round_##sfx(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);          \
+      const __typeof__(f) up_ = _mm256_cmp_##sfx(_mm256_andnot_##sfx(sign_, _mm256_sub_##sfx(f, t_)), half_, _CMP_GE_OQ); \
+      f = _mm256_add_##sfx(t_, _mm256_and_##sfx(up_, _mm256_or_##sfx(one_, _mm256_and_##sfx(f, sign_)))); \
+    }                                                                                                  \
   } while (0)
 
 /* Requantize 8 lanes into clamped int32. */
@@ -798,27 +798,31 @@ REFCG_INLINE __m512i refcg_fpm_half_avx512(__m512i p, __m512i l1, __m512i k, __m
 
 /* refcg_requantize_one's float expression on the lanes of f (float or double vectors); the
  * explicit-rounding forms are never contracted into an FMA. */
-#define REFCG_RQ_FLOAT_AVX512(r_, f, scale_, izp_, add_, post_, sfx)                                      \
-  do {                                                                                                         \
-    f = _mm512_sub_round_##sfx(f, izp_, _MM_FROUND_CUR_DIRECTION);                                               \
-    if ((r_)->identity)                                                                                         \
-      f = _mm512_add_round_##sfx(f, add_, _MM_FROUND_CUR_DIRECTION);                                             \
-    else if ((r_)->fused)                                                                                       \
-      f = _mm512_fmadd_##sfx(f, scale_, add_);                                                                   \
-    else                                                                                                       \
-      f = _mm512_add_round_##sfx(_mm512_mul_round_##sfx(f, scale_, _MM_FROUND_CUR_DIRECTION), add_,               \
-                                 _MM_FROUND_CUR_DIRECTION);                                                    \
-    if ((r_)->has_post) f = _mm512_add_round_##sfx(f, post_, _MM_FROUND_CUR_DIRECTION);                               \
-    if ((r_)->mode == REFCG_RQ_FLOAT32_UPWARD || (r_)->mode == REFCG_RQ_FLOAT64_UPWARD) {                        \
-      f = _mm512_roundscale_##sfx(f, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);                                \
-    } else if ((r_)->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */                     \
-      f = _mm512_add_round_##sfx(f, _mm512_or_##sfx(_mm512_set1_##sfx(0.5), _mm512_and_##sfx(f, _mm512_set1_##sfx(-0.0))), _MM_FROUND_CUR_DIRECTION); \
-    } else { /* half away from zero; f - trunc(f) is exact */                                                  \
-      const __typeof__(f) t_ = _mm512_roundscale_##sfx(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);              \
-      const __typeof__(f) step_ = _mm512_or_##sfx(_mm512_set1_##sfx(1.0), _mm512_and_##sfx(f, _mm512_set1_##sfx(-0.0)));                            \
-      f = _mm512_mask_add_round_##sfx(t_, _mm512_cmp_##sfx##_mask(_mm512_abs_##sfx(_mm512_sub_round_##sfx(        \
-              f, t_, _MM_FROUND_CUR_DIRECTION)), _mm512_set1_##sfx(0.5), _CMP_GE_OQ), t_, step_, _MM_FROUND_CUR_DIRECTION);        \
-    }                                                                                                          \
+#define REFCG_RQ_FLOAT_AVX512(r_, f, scale_, izp_, add_, post_, sfx)                                     \
+  do {                                                                                                 \
+    const __typeof__(f) sign_ = _mm512_set1_##sfx(-0.0), one_ = _mm512_set1_##sfx(1.0);                \
+    const __typeof__(f) half_ = _mm512_set1_##sfx(0.5);                                                \
+    f = _mm512_sub_round_##sfx(f, izp_, _MM_FROUND_CUR_DIRECTION);                                     \
+    if ((r_)->identity)                                                                                \
+      f = _mm512_add_round_##sfx(f, add_, _MM_FROUND_CUR_DIRECTION);                                   \
+    else if ((r_)->fused)                                                                              \
+      f = _mm512_fmadd_##sfx(f, scale_, add_);                                                         \
+    else                                                                                               \
+      f = _mm512_add_round_##sfx(_mm512_mul_round_##sfx(f, scale_, _MM_FROUND_CUR_DIRECTION), add_,    \
+                                 _MM_FROUND_CUR_DIRECTION);                                            \
+    if ((r_)->has_post) f = _mm512_add_round_##sfx(f, post_, _MM_FROUND_CUR_DIRECTION);                \
+    if ((r_)->mode == REFCG_RQ_FLOAT32_UPWARD || (r_)->mode == REFCG_RQ_FLOAT64_UPWARD) {              \
+      f = _mm512_roundscale_##sfx(f, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);                      \
+    } else if ((r_)->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */           \
+      f = _mm512_add_round_##sfx(f, _mm512_or_##sfx(half_, _mm512_and_##sfx(f, sign_)),                \
+                                 _MM_FROUND_CUR_DIRECTION);                                            \
+    } else { /* half away from zero; f - trunc(f) is exact */                                         \
+      const __typeof__(f) t_ = _mm512_roundscale_##sfx(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);    \
+      const __typeof__(f) d_ = _mm512_abs_##sfx(_mm512_sub_round_##sfx(f, t_, _MM_FROUND_CUR_DIRECTION)); \
+      f = _mm512_mask_add_round_##sfx(t_, _mm512_cmp_##sfx##_mask(d_, half_, _CMP_GE_OQ), t_,          \
+                                      _mm512_or_##sfx(one_, _mm512_and_##sfx(f, sign_)),              \
+                                      _MM_FROUND_CUR_DIRECTION);                                       \
+    }                                                                                                  \
   } while (0)
 
 /* Requantize 16 lanes into clamped int32 (refcg_requantize_one of the vector modes). */
