@@ -797,7 +797,9 @@ REFCG_INLINE __m512i refcg_fpm_half_avx512(__m512i p, __m512i l1, __m512i k, __m
 }
 
 /* refcg_requantize_one's float expression on the lanes of f (float or double vectors); the
- * explicit-rounding forms are never contracted into an FMA. */
+ * explicit-rounding forms are never contracted into an FMA. The roundings are the all-ones maskz
+ * forms and f - t a plain sub: without -O, GCC 12's roundscale and sub_round macros pass an
+ * "undefined" vector that g++ -Wmaybe-uninitialized flags here (GCC PR 105593). */
 #define REFCG_RQ_FLOAT_AVX512(r_, f, scale_, izp_, add_, post_, sfx)                                     \
   do {                                                                                                 \
     const __typeof__(f) sign_ = _mm512_set1_##sfx(-0.0), one_ = _mm512_set1_##sfx(1.0);                \
@@ -812,13 +814,13 @@ REFCG_INLINE __m512i refcg_fpm_half_avx512(__m512i p, __m512i l1, __m512i k, __m
                                  _MM_FROUND_CUR_DIRECTION);                                            \
     if ((r_)->has_post) f = _mm512_add_round_##sfx(f, post_, _MM_FROUND_CUR_DIRECTION);                \
     if ((r_)->mode == REFCG_RQ_FLOAT32_UPWARD || (r_)->mode == REFCG_RQ_FLOAT64_UPWARD) {              \
-      f = _mm512_roundscale_##sfx(f, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);                      \
+      f = _mm512_maskz_roundscale_##sfx(~0, f, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);            \
     } else if ((r_)->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */           \
       f = _mm512_add_round_##sfx(f, _mm512_or_##sfx(half_, _mm512_and_##sfx(f, sign_)),                \
                                  _MM_FROUND_CUR_DIRECTION);                                            \
     } else { /* half away from zero; f - trunc(f) is exact */                                         \
-      const __typeof__(f) t_ = _mm512_roundscale_##sfx(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);    \
-      const __typeof__(f) d_ = _mm512_abs_##sfx(_mm512_sub_round_##sfx(f, t_, _MM_FROUND_CUR_DIRECTION)); \
+      const __typeof__(f) t_ = _mm512_maskz_roundscale_##sfx(~0, f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); \
+      const __typeof__(f) d_ = _mm512_abs_##sfx(_mm512_sub_##sfx(f, t_)); /* no product: no FMA */      \
       f = _mm512_mask_add_round_##sfx(t_, _mm512_cmp_##sfx##_mask(d_, half_, _CMP_GE_OQ), t_,          \
                                       _mm512_or_##sfx(one_, _mm512_and_##sfx(f, sign_)),              \
                                       _MM_FROUND_CUR_DIRECTION);                                       \
