@@ -118,6 +118,21 @@ REFCG_INLINE int64_t refcg_job_out(const refcg_gemm_job* j, int32_t i) {
     (r) = a_ - 1 - nonpos_;                                                                   \
   } while (0)
 
+/* REFCG_FPM_PLAN of one channel, which the plane kernels broadcast (per channel and tile): the
+ * rounding as the int64 2^kx; general: TONEAREST or a left shift first (the full sequence). */
+typedef struct {
+  int32_t l1, l2, r, general;
+  int64_t k;
+} refcg_fpm_one;
+
+REFCG_INLINE refcg_fpm_one refcg_fpm_one_of(const refcg_requant* rq, int32_t c) {
+  const int32_t shift = rq->shift[c], up = rq->mode == REFCG_RQ_INT64_UPWARD;
+  int32_t l1, l2, kx, r;
+  REFCG_FPM_PLAN(shift, up, l1, l2, kx, r);
+  const refcg_fpm_one one = {l1, l2, r, !up || l1 != 0, (int64_t)(1ULL << (kx & 63))}; /* kx < 64 where read */
+  return one;
+}
+
 /* Modes with vector code: every mode but the aarch64 NEON one, int64 shifts in [-32, 63]. */
 REFCG_INLINE int refcg_rq_vector_ok(const refcg_requant* rq, int32_t channels) {
   if (rq->mode == REFCG_RQ_INT64_UPWARD_NEON) return 0;

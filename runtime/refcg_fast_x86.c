@@ -92,16 +92,14 @@ REFCG_INLINE refcg_rqv_avx2 refcg_rqv_load_avx2(const refcg_requant* rq, int32_t
     return r;
   }
   const int up = rq->mode == REFCG_RQ_INT64_UPWARD;
-  if (!lanes) { /* one channel: the plan in scalars, then broadcasts (the plane kernels, per channel and tile) */
-    const int32_t shift = rq->shift[c];
-    int32_t l1, l2, kx, rs;
-    REFCG_FPM_PLAN(shift, up, l1, l2, kx, rs);
+  if (!lanes) { /* one channel: the plan in scalars, broadcast */
+    const refcg_fpm_one one = refcg_fpm_one_of(rq, c);
     r.c.q.m_e = r.c.q.m_o = _mm256_set1_epi32(rq->multiplier[c]);
-    r.c.q.k_e = r.c.q.k_o = _mm256_set1_epi64x((long long)(1ULL << (kx & 63))); /* kx < 64 where it is read */
-    r.c.q.l1 = _mm256_set1_epi32(l1);
-    r.c.q.l2 = _mm256_set1_epi32(l2);
-    r.c.q.r = _mm256_set1_epi32(rs);
-    r.general = !up || l1 != 0;
+    r.c.q.k_e = r.c.q.k_o = _mm256_set1_epi64x(one.k);
+    r.c.q.l1 = _mm256_set1_epi32(one.l1);
+    r.c.q.l2 = _mm256_set1_epi32(one.l2);
+    r.c.q.r = _mm256_set1_epi32(one.r);
+    r.general = one.general;
     return r;
   }
   /* lanes past n get shift -1: no left shift */
@@ -761,16 +759,14 @@ REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load_avx512(const refcg_requant* rq, int
   }
   if (rq->identity) return r;
   const int up = rq->mode == REFCG_RQ_INT64_UPWARD;
-  if (!lanes) { /* one channel: the plan in scalars, then broadcasts (the plane kernels, per channel and tile) */
-    const int32_t shift = rq->shift[c];
-    int32_t l1, l2, kx, rs;
-    REFCG_FPM_PLAN(shift, up, l1, l2, kx, rs);
+  if (!lanes) { /* one channel: the plan in scalars, broadcast */
+    const refcg_fpm_one one = refcg_fpm_one_of(rq, c);
     r.c.q.m_e = r.c.q.m_o = _mm512_set1_epi32(rq->multiplier[c]);
-    r.c.q.k_e = r.c.q.k_o = _mm512_set1_epi64((long long)(1ULL << (kx & 63))); /* kx < 64 where it is read */
-    r.c.q.l1 = _mm512_set1_epi32(l1);
-    r.c.q.l2 = _mm512_set1_epi32(l2);
-    r.c.q.r = _mm512_set1_epi32(rs);
-    r.general = !up || l1 != 0;
+    r.c.q.k_e = r.c.q.k_o = _mm512_set1_epi64(one.k);
+    r.c.q.l1 = _mm512_set1_epi32(one.l1);
+    r.c.q.l2 = _mm512_set1_epi32(one.l2);
+    r.c.q.r = _mm512_set1_epi32(one.r);
+    r.general = one.general;
     return r;
   }
   /* masked-off lanes get shift -1: no left shift */
