@@ -99,13 +99,47 @@ REFCG_INLINE int64_t refcg_job_out(const refcg_gemm_job* j, int32_t i) {
   return (int64_t)(i / j->cols) * j->o_row_h + (int64_t)(i % j->cols) * j->o_row_w;
 }
 
-/* Modes with vector code: int64 UPWARD without left shifts, float32 UPWARD/TONEAREST. */
+/* The int64 modes as the vector epilogues compute them (refcg_fast_x86.c), exact wherever
+ * refcg_fpm_upward / refcg_fpm_tonearest are defined (shifts s in [-32, 63]). With p = x * m in
+ * int64 and t = 31 - min(s, 0), the result is bits [t, t + 32) of w = (p << max(s, 0)) + 2^(t-1)
+ * (- 1 when TONEAREST and p << max(s, 0) < 0), sign-filled past bit 63: the high 32 bits of
+ * u = w << a (a = 1 when t == 31) shifted right arithmetically by r = t - 32 + a, so the last shift
+ * runs on 32-bit lanes and the two int64 halves merge with one shuffle. UPWARD folds a into the
+ * first shift (l1 = max(s, 0) + a, rounding 2^kx with kx = t - 1 + a); TONEAREST takes the sign
+ * before it (l2 = a). REFCG_FPM_PLAN computes l1, l2, kx and r from s, lane by lane for a GCC
+ * vector of int32 of any width (the variants' lane loads); up: 1 for UPWARD, 0 for TONEAREST.
+ * Branch-free: with n = s >> 31, min(s, 0) = s & n and a = n + 1. */
+#define REFCG_FPM_PLAN(s, up, l1, l2, kx, r)                                                  \
+  do {                                                                                        \
+    const __typeof__(s) n_ = (s) >> 31, a_ = n_ + 1, upm_ = (s) - (s) - (up), nonpos_ = (s) & n_; \
+    (l1) = ((s) & ~n_) + (a_ & upm_);                                                         \
+    (l2) = a_ & ~upm_;                                                                        \
+    (kx) = 30 - nonpos_ + (a_ & upm_);                                                        \
+    (r) = a_ - 1 - nonpos_;                                                                   \
+  } while (0)
+
+/* REFCG_FPM_PLAN of one channel, which the plane kernels broadcast (per channel and tile): the
+ * rounding as the int64 2^kx; general: TONEAREST or a left shift first (the full sequence). */
+typedef struct {
+  int32_t l1, l2, r, general;
+  int64_t k;
+} refcg_fpm_one;
+
+REFCG_INLINE refcg_fpm_one refcg_fpm_one_of(const refcg_requant* rq, int32_t c) {
+  const int32_t shift = rq->shift[c], up = rq->mode == REFCG_RQ_INT64_UPWARD;
+  int32_t l1, l2, kx, r;
+  REFCG_FPM_PLAN(shift, up, l1, l2, kx, r);
+  const refcg_fpm_one one = {l1, l2, r, !up || l1 != 0, (int64_t)(1ULL << (kx & 63))}; /* kx < 64 where read */
+  return one;
+}
+
+/* Modes with vector code: every mode but the aarch64 NEON one, int64 shifts in [-32, 63]. */
 REFCG_INLINE int refcg_rq_vector_ok(const refcg_requant* rq, int32_t channels) {
-  if (rq->mode == REFCG_RQ_FLOAT32_UPWARD || rq->mode == REFCG_RQ_FLOAT32_TONEAREST) return 1;
-  if (rq->mode != REFCG_RQ_INT64_UPWARD) return 0;
+  if (rq->mode == REFCG_RQ_INT64_UPWARD_NEON) return 0;
+  if (rq->mode != REFCG_RQ_INT64_UPWARD && rq->mode != REFCG_RQ_INT64_TONEAREST) return 1;
   if (rq->identity) return 1;
   for (int32_t c = 0; c < (rq->per_channel ? channels : 1); ++c)
-    if (rq->shift[c] > 0 || rq->shift[c] < -31) return 0;
+    if (rq->shift[c] > 63 || rq->shift[c] < -32) return 0;
   return 1;
 }
 

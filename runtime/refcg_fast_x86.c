@@ -38,6 +38,10 @@ REFCG_INLINE float refcg_load_f32(const uint8_t* p) {
   return v;
 }
 
+/* int32 lanes as GCC vectors, for the width-independent arithmetic of REFCG_FPM_PLAN. */
+typedef int32_t refcg_v8si __attribute__((vector_size(32)));
+typedef int32_t refcg_v16si __attribute__((vector_size(64)));
+
 /* ================= AVX2 (also used by the AVX-VNNI section for its epilogue) ================= */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
@@ -46,76 +50,134 @@ REFCG_INLINE float refcg_load_f32(const uint8_t* p) {
 #pragma GCC target("avx2,fma")
 #endif
 
-/* Arithmetic 64-bit right shift by per-lane counts (AVX2 has only the logical one). */
-REFCG_INLINE __m256i refcg_srav64_avx2(__m256i v, __m256i t) {
-  const __m256i b = _mm256_srlv_epi64(_mm256_set1_epi64x((long long)0x8000000000000000ULL), t);
-  return _mm256_sub_epi64(_mm256_xor_si256(_mm256_srlv_epi64(v, t), b), b);
-}
-
-/* int64 UPWARD fixed-point multiply of 8 lanes, shifts in [-31, 0] (refcg_fpm_upward). */
-REFCG_INLINE __m256i refcg_fpm_avx2(__m256i x, __m256i m, __m256i s) {
-  const __m256i t = _mm256_sub_epi32(_mm256_set1_epi32(31), s);
-  const __m256i lo = _mm256_set1_epi64x(0xffffffffLL), one = _mm256_set1_epi64x(1);
-  const __m256i te = _mm256_and_si256(t, lo), to = _mm256_srli_epi64(t, 32);
-  __m256i pe = _mm256_mul_epi32(x, m);
-  __m256i po = _mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(m, 32));
-  pe = _mm256_add_epi64(pe, _mm256_sllv_epi64(one, _mm256_sub_epi64(te, one)));
-  po = _mm256_add_epi64(po, _mm256_sllv_epi64(one, _mm256_sub_epi64(to, one)));
-  pe = refcg_srav64_avx2(pe, te);
-  po = refcg_srav64_avx2(po, to);
-  return _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
-}
-
-/* Multiplier and shift (int64 mode) or scale (float32 modes) of the lanes: channels c + l, l < n
- * (lanes = 1) or channel c in every lane (lanes = 0); nothing for identity. */
+/* Requantize constants of 8 lanes: channels c + l, l < n (lanes = 1) or channel c in every lane
+ * (lanes = 0); nothing for identity. The mode's constants share storage (the union): int64 modes,
+ * the multiplier (even lanes, odd lanes moved down) and REFCG_FPM_PLAN (rounding 2^kx as the even
+ * and odd int64 halves, r; l1 and l2 only read when general); float modes, the scale. */
 typedef struct {
-  __m256i m, s;
-  __m256 f;
+  int32_t general; /* int64: TONEAREST, or some lane shifts left first (l1 nonzero) */
+  union {
+    struct {
+      __m256i m_e, m_o, k_e, k_o, r, l1, l2;
+    } q;
+    __m256 f;
+    __m256d d[2]; /* float64: lanes 0-3, 4-7 */
+  } c;
 } refcg_rqv_avx2;
 
+/* Even and odd 32-bit lanes of v zero-extended to int64 (per-lane shift counts). */
+REFCG_INLINE __m256i refcg_even64_avx2(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi64x(0xffffffffLL)); }
+REFCG_INLINE __m256i refcg_odd64_avx2(__m256i v) { return _mm256_srli_epi64(v, 32); }
+
 REFCG_INLINE refcg_rqv_avx2 refcg_rqv_load_avx2(const refcg_requant* rq, int32_t c, int32_t n, int lanes) {
-  refcg_rqv_avx2 r = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_ps()};
+  refcg_rqv_avx2 r;
+  const __m256i zero = _mm256_setzero_si256();
+  r.general = 0;
+  r.c.q.m_e = r.c.q.m_o = r.c.q.k_e = r.c.q.k_o = r.c.q.r = r.c.q.l1 = r.c.q.l2 = zero; /* registers, not a memset */
   const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   c = rq->per_channel ? c : 0;
   lanes = lanes && rq->per_channel;
   if (rq->identity) return r;
-  if (rq->mode != REFCG_RQ_INT64_UPWARD) {
-    r.f = lanes ? _mm256_castsi256_ps(_mm256_maskload_epi32((const int*)rq->scale_f32 + c, mask))
-                : _mm256_set1_ps(rq->scale_f32[c]);
-  } else {
-    r.m = lanes ? _mm256_maskload_epi32(rq->multiplier + c, mask) : _mm256_set1_epi32(rq->multiplier[c]);
-    r.s = lanes ? _mm256_maskload_epi32(rq->shift + c, mask) : _mm256_set1_epi32(rq->shift[c]);
+  if (rq->mode == REFCG_RQ_FLOAT32_UPWARD || rq->mode == REFCG_RQ_FLOAT32_TONEAREST) {
+    r.c.f = lanes ? _mm256_castsi256_ps(_mm256_maskload_epi32((const int*)rq->scale_f32 + c, mask))
+                  : _mm256_set1_ps(rq->scale_f32[c]);
+    return r;
   }
+  if (rq->mode == REFCG_RQ_FLOAT64_UPWARD || rq->mode == REFCG_RQ_FLOAT64_TONEAREST) {
+    const __m256i idx = _mm256_setr_epi64x(0, 1, 2, 3);
+    for (int h = 0; h < 2; ++h)
+      r.c.d[h] = lanes ? _mm256_maskload_pd(rq->scale_f64 + c + 4 * h,
+                                            _mm256_cmpgt_epi64(_mm256_set1_epi64x(n - 4 * h), idx))
+                       : _mm256_set1_pd(rq->scale_f64[c]);
+    return r;
+  }
+  const int up = rq->mode == REFCG_RQ_INT64_UPWARD;
+  if (!lanes) { /* one channel: the plan in scalars, broadcast */
+    const refcg_fpm_one one = refcg_fpm_one_of(rq, c);
+    r.c.q.m_e = r.c.q.m_o = _mm256_set1_epi32(rq->multiplier[c]);
+    r.c.q.k_e = r.c.q.k_o = _mm256_set1_epi64x(one.k);
+    r.c.q.l1 = _mm256_set1_epi32(one.l1);
+    r.c.q.l2 = _mm256_set1_epi32(one.l2);
+    r.c.q.r = _mm256_set1_epi32(one.r);
+    r.general = one.general;
+    return r;
+  }
+  /* lanes past n get shift -1: no left shift */
+  const __m256i s = _mm256_blendv_epi8(_mm256_set1_epi32(-1), _mm256_maskload_epi32(rq->shift + c, mask), mask);
+  const __m256i m = _mm256_maskload_epi32(rq->multiplier + c, mask), one64 = _mm256_set1_epi64x(1);
+  refcg_v8si l1, l2, kx, rs;
+  REFCG_FPM_PLAN((refcg_v8si)s, up, l1, l2, kx, rs);
+  r.c.q.l1 = (__m256i)l1;
+  r.c.q.l2 = (__m256i)l2;
+  r.c.q.r = (__m256i)rs;
+  r.general = !up || !_mm256_testz_si256(r.c.q.l1, r.c.q.l1);
+  r.c.q.m_e = m;
+  r.c.q.m_o = _mm256_shuffle_epi32(m, 0xF5); /* odd lanes into the even slots _mm256_mul_epi32 reads */
+  r.c.q.k_e = _mm256_sllv_epi64(one64, refcg_even64_avx2((__m256i)kx));
+  r.c.q.k_o = _mm256_sllv_epi64(one64, refcg_odd64_avx2((__m256i)kx));
   return r;
 }
+
+/* One int64 half of REFCG_FPM_PLAN in general: ((p << l1) + k (- 1 if negative: TONEAREST)) << l2. */
+REFCG_INLINE __m256i refcg_fpm_half_avx2(__m256i p, __m256i l1, __m256i k, __m256i l2, int tonearest) {
+  p = _mm256_sllv_epi64(p, l1);
+  if (tonearest) p = _mm256_add_epi64(p, _mm256_cmpgt_epi64(_mm256_setzero_si256(), p));
+  return _mm256_sllv_epi64(_mm256_add_epi64(p, k), l2);
+}
+
+/* refcg_requantize_one's float expression on the lanes of f (float or double vectors, suffix sfx),
+ * scale and the mode's constants from rq (addend, post: float32 or float64 fields). */
+#define REFCG_RQ_FLOAT_AVX2(rq, f, scale, addend, post, sfx)                                           \
+  do {                                                                                                 \
+    const __typeof__(f) sign_ = _mm256_set1_##sfx(-0.0), one_ = _mm256_set1_##sfx(1.0);                \
+    const __typeof__(f) half_ = _mm256_set1_##sfx(0.5), add_ = _mm256_set1_##sfx(addend);             \
+    f = _mm256_sub_##sfx(f, _mm256_set1_##sfx((rq)->input_zp));                                        \
+    if ((rq)->identity)                                                                                \
+      f = _mm256_add_##sfx(f, add_);                                                                   \
+    else if ((rq)->fused)                                                                              \
+      f = _mm256_fmadd_##sfx(f, scale, add_);                                                          \
+    else                                                                                               \
+      f = _mm256_add_##sfx(_mm256_mul_##sfx(f, scale), add_);                                          \
+    if ((post) != 0) f = _mm256_add_##sfx(f, _mm256_set1_##sfx(post)); /* + 0.0 changes no result */   \
+    if ((rq)->mode == REFCG_RQ_FLOAT32_UPWARD || (rq)->mode == REFCG_RQ_FLOAT64_UPWARD) {             \
+      f = _mm256_floor_##sfx(f);                                                                       \
+    } else if ((rq)->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */            \
+      f = _mm256_add_##sfx(f, _mm256_or_##sfx(_mm256_and_##sfx(f, sign_), half_));                    \
+    } else { /* half away from zero; f - trunc(f) is exact */                                          \
+      const __typeof__(f) t_ = _mm256_round_##sfx(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);          \
+      const __typeof__(f) up_ = _mm256_cmp_##sfx(_mm256_andnot_##sfx(sign_, _mm256_sub_##sfx(f, t_)), half_, _CMP_GE_OQ); \
+      f = _mm256_add_##sfx(t_, _mm256_and_##sfx(up_, _mm256_or_##sfx(one_, _mm256_and_##sfx(f, sign_)))); \
+    }                                                                                                  \
+  } while (0)
 
 /* Requantize 8 lanes into clamped int32. */
 REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r) {
   __m256i v;
-  if (rq->mode == REFCG_RQ_INT64_UPWARD) {
+  if (rq->mode == REFCG_RQ_INT64_UPWARD || rq->mode == REFCG_RQ_INT64_TONEAREST) {
     v = _mm256_sub_epi32(acc, _mm256_set1_epi32(rq->input_zp));
-    if (!rq->identity) v = refcg_fpm_avx2(v, r->m, r->s);
-    v = _mm256_add_epi32(v, _mm256_set1_epi32(rq->output_zp));
-  } else {
-    /* the expression of refcg_requantize_one: fused or separate multiply and add */
-    const __m256 addend = _mm256_set1_ps(rq->addend_f32), sign = _mm256_set1_ps(-0.0f);
-    __m256 f = _mm256_sub_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps((float)rq->input_zp));
-    if (rq->identity)
-      f = _mm256_add_ps(f, addend);
-    else if (rq->fused)
-      f = _mm256_fmadd_ps(f, r->f, addend);
-    else
-      f = _mm256_add_ps(_mm256_mul_ps(f, r->f), addend);
-    f = _mm256_add_ps(f, _mm256_set1_ps(rq->post_f32));
-    if (rq->mode == REFCG_RQ_FLOAT32_UPWARD) {
-      f = _mm256_floor_ps(f);
-    } else if (rq->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */
-      f = _mm256_add_ps(f, _mm256_or_ps(_mm256_and_ps(f, sign), _mm256_set1_ps(0.5f)));
-    } else { /* roundf: half away from zero; f - trunc(f) is exact */
-      const __m256 t = _mm256_round_ps(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      const __m256 half = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(f, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-      f = _mm256_add_ps(t, _mm256_and_ps(half, _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(f, sign))));
+    if (!rq->identity) { /* REFCG_FPM_PLAN: even and odd int64 products, then their high halves */
+      __m256i pe = _mm256_mul_epi32(v, r->c.q.m_e), po = _mm256_mul_epi32(_mm256_shuffle_epi32(v, 0xF5), r->c.q.m_o);
+      if (r->general) {
+        const int tonearest = rq->mode == REFCG_RQ_INT64_TONEAREST;
+        const __m256i l1 = r->c.q.l1, l2 = r->c.q.l2;
+        pe = refcg_fpm_half_avx2(pe, refcg_even64_avx2(l1), r->c.q.k_e, refcg_even64_avx2(l2), tonearest);
+        po = refcg_fpm_half_avx2(po, refcg_odd64_avx2(l1), r->c.q.k_o, refcg_odd64_avx2(l2), tonearest);
+      } else { /* UPWARD, right shifts only */
+        pe = _mm256_add_epi64(pe, r->c.q.k_e);
+        po = _mm256_add_epi64(po, r->c.q.k_o);
+      }
+      v = _mm256_srav_epi32(_mm256_blend_epi32(_mm256_shuffle_epi32(pe, 0xF5), po, 0xAA), r->c.q.r);
     }
+    v = _mm256_add_epi32(v, _mm256_set1_epi32(rq->output_zp));
+  } else if (rq->mode == REFCG_RQ_FLOAT64_UPWARD || rq->mode == REFCG_RQ_FLOAT64_TONEAREST) {
+    __m256d lo = _mm256_cvtepi32_pd(_mm256_castsi256_si128(acc)), hi = _mm256_cvtepi32_pd(_mm256_extracti128_si256(acc, 1));
+    REFCG_RQ_FLOAT_AVX2(rq, lo, r->c.d[0], rq->addend_f64, rq->post_f64, pd);
+    REFCG_RQ_FLOAT_AVX2(rq, hi, r->c.d[1], rq->addend_f64, rq->post_f64, pd);
+    /* out of range -> INT32_MIN, like refcg_f64_to_i32 on x86 */
+    v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvttpd_epi32(lo)), _mm256_cvttpd_epi32(hi), 1);
+  } else {
+    __m256 f = _mm256_cvtepi32_ps(acc);
+    REFCG_RQ_FLOAT_AVX2(rq, f, r->c.f, rq->addend_f32, rq->post_f32, ps);
     v = _mm256_cvttps_epi32(f); /* out of range -> INT32_MIN, like cvttss2si */
   }
   return _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(rq->out_max)), _mm256_set1_epi32(rq->out_min));
@@ -181,52 +243,65 @@ REFCG_INLINE void refcg_rows_avx2(const refcg_gemm_job* j, int32_t i0, int n, co
   }
 }
 
-/* Epilogue of rows (output offsets out_off) x block nb from the accumulators of channels 0-7
- * and 8-15 (sum[r][0], sum[r][1]). Contiguous channels get the requantize constants and
- * corrections once per tile (not per row), a local copy of rq (the byte stores may alias it)
- * and vector stores. */
-REFCG_INLINE void refcg_tile_sums_epi_avx2(const refcg_gemm_job* j, const int64_t* out_off, int32_t nb,
+/* The epilogue of 16-channel block nb, prepared once per block and row range (not per tile):
+ * requantize constants and corrections of channels 0-7 and 8-15, and a local copy of rq (the byte
+ * stores may alias it). vec == 0: the per-row epilogue (a scalar mode, or strided channels). */
+typedef struct {
+  refcg_requant rq;
+  refcg_rqv_avx2 rv[2];
+  __m256i corr[2], mask[2];
+  int32_t c0, nvalid, nh, vec;
+} refcg_blk_avx2;
+#define REFCG_BLK_AVX2 1 /* tests/epilogue_harness.c: the block form exists */
+
+REFCG_INLINE void refcg_blk_init_avx2(const refcg_gemm_job* j, int32_t nb, refcg_blk_avx2* b) {
+  b->c0 = nb * 16;
+  b->nvalid = j->n - b->c0 < 16 ? j->n - b->c0 : 16;
+  b->nh = b->nvalid > 8 ? 2 : 1;
+  b->vec = j->epi.rq_vector && j->epi.o_c == 1;
+  b->rq = *j->epi.rq;
+  for (int32_t h = 0; h < 2; ++h) {
+    const int32_t n = b->nvalid - 8 * h;
+    b->rv[h] = refcg_rqv_load_avx2(&b->rq, b->c0 + 8 * h, n, 1);
+    b->mask[h] = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    b->corr[h] = _mm256_maskload_epi32(j->epi.corr + b->c0 + 8 * h, b->mask[h]);
+  }
+}
+
+/* Epilogue of rows (output offsets out_off) x block b from the accumulators of channels 0-7
+ * and 8-15 (sum[r][0], sum[r][1]): vector stores of contiguous channels. */
+REFCG_INLINE void refcg_tile_sums_epi_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, const int64_t* out_off,
                                            __m256i (*sum)[2], int32_t rows) {
-  const int32_t c0 = nb * 16, nvalid = j->n - c0 < 16 ? j->n - c0 : 16;
-  if (!j->epi.rq_vector || j->epi.o_c != 1) {
+  if (!b->vec) {
     for (int32_t r = 0; r < rows; ++r) {
       int32_t t[16];
       _mm256_storeu_si256((__m256i*)t, sum[r][0]);
       _mm256_storeu_si256((__m256i*)(t + 8), sum[r][1]);
-      refcg_epi_avx2(&j->epi, t, c0, nvalid, out_off[r]);
+      refcg_epi_avx2(&j->epi, t, b->c0, b->nvalid, out_off[r]);
     }
     return;
-  }
-  const refcg_requant rq = *j->epi.rq;
-  const int32_t nh = nvalid > 8 ? 2 : 1;
-  refcg_rqv_avx2 rv[2];
-  __m256i corr[2], mask[2];
-  for (int32_t h = 0; h < nh; ++h) {
-    rv[h] = refcg_rqv_load_avx2(&rq, c0 + 8 * h, nvalid - 8 * h, 1);
-    mask[h] = _mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid - 8 * h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    corr[h] = _mm256_maskload_epi32(j->epi.corr + c0 + 8 * h, mask[h]);
   }
   void* const out = j->epi.out;
   const int s32 = j->epi.out_dtype == REFCG_S32;
   for (int32_t r = 0; r < rows; ++r) {
-    const int64_t off = out_off[r] + c0;
-    for (int32_t h = 0; h < nh; ++h) {
-      const __m256i v = refcg_rq_apply_avx2(&rq, _mm256_add_epi32(sum[r][h], corr[h]), &rv[h]);
+    const int64_t off = out_off[r] + b->c0;
+    for (int32_t h = 0; h < b->nh; ++h) {
+      const __m256i v = refcg_rq_apply_avx2(&b->rq, _mm256_add_epi32(sum[r][h], b->corr[h]), &b->rv[h]);
       if (s32)
-        _mm256_maskstore_epi32((int*)out + off + 8 * h, mask[h], v);
+        _mm256_maskstore_epi32((int*)out + off + 8 * h, b->mask[h], v);
       else
-        refcg_store_bytes_avx2((uint8_t*)out + off + 8 * h, v, nvalid - 8 * h); /* values are in range */
+        refcg_store_bytes_avx2((uint8_t*)out + off + 8 * h, v, b->nvalid - 8 * h); /* values are in range */
     }
   }
 }
 
 /* The same from vpmaddwd's pair-sum accumulators (4 per row: channels 0-3, 4-7, 8-11, 12-15). */
-REFCG_INLINE void refcg_tile_epi_avx2(const refcg_gemm_job* j, const int64_t* out_off, int32_t nb, __m256i (*acc)[4],
-                                      int32_t rows) {
+REFCG_INLINE void refcg_tile_epi_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, const int64_t* out_off,
+                                      __m256i (*acc)[4], int32_t rows) {
   __m256i sum[REFCG_AVX2_MR_MAX][2];
   for (int32_t r = 0; r < rows; ++r)
     for (int h = 0; h < 2; ++h) sum[r][h] = refcg_hsum_pairs_avx2(acc[r][2 * h], acc[r][2 * h + 1]);
-  refcg_tile_sums_epi_avx2(j, out_off, nb, sum, rows);
+  refcg_tile_sums_epi_avx2(j, b, out_off, sum, rows);
 }
 
 /* 4 input bytes at p zero-extended to int16 in every 64-bit lane (x0..x3 x0..x3 ...): a
@@ -238,7 +313,7 @@ REFCG_INLINE __m256i refcg_bcast4_avx2(const uint8_t* p) {
 /* MR rows x 16 channels (block nb). Weights: 16 bytes = 4 channels x 4 k, sign-extended to
  * int16; input: 4 bytes zero-extended and broadcast, so vpmaddwd gives per channel two
  * exact pair sums. For row ranges too short to repay refcg_tile_avx2w's weight widening. */
-REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, int32_t i0, int32_t nb,
+REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t i0, int32_t nb,
                                                                    const int MR) {
   const uint8_t* arow[2];
   int64_t out_off[2];
@@ -258,14 +333,15 @@ REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, int32_t i0, int32_t n
       }
     }
   }
-  refcg_tile_epi_avx2(j, out_off, nb, acc, MR);
+  refcg_tile_epi_avx2(j, b, out_off, acc, MR);
 }
 
 /* MR rows x 16 channels (block nb) of a block whose weight pairs provably fit int16
  * (refcg_gemm_weights.pair_safe): vpmaddubsw of the 4 input bytes broadcast and 32 weight bytes
  * (8 channels x 4 k, the packed layout as is) gives two exact int16 pair sums per channel,
  * vpmaddwd by ones their int32 sum. */
-REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, int32_t i0, int32_t nb, const int MR) {
+REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t i0, int32_t nb,
+                                   const int MR) {
   const uint8_t* arow[REFCG_AVX2B_MR];
   int64_t out_off[REFCG_AVX2B_MR];
   refcg_rows_avx2(j, i0, MR, arow, out_off);
@@ -284,18 +360,19 @@ REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, int32_t i0, int32_t 
       }
     }
   }
-  refcg_tile_sums_epi_avx2(j, out_off, nb, acc, MR);
+  refcg_tile_sums_epi_avx2(j, b, out_off, acc, MR);
 }
 
 /* Rows [r0, r1) of a pair-safe block nb, REFCG_AVX2B_MR at a time; a tail of fewer rows runs
  * a kernel of its size (a dense of batch 1 computes one row, not four). */
-REFCG_INLINE void refcg_rows_avx2b(const refcg_gemm_job* j, int32_t r0, int32_t r1, int32_t nb) {
+REFCG_INLINE void refcg_rows_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0, int32_t r1,
+                                   int32_t nb) {
   int32_t i0 = r0;
-  for (; i0 + REFCG_AVX2B_MR <= r1; i0 += REFCG_AVX2B_MR) refcg_tile_avx2b(j, i0, nb, REFCG_AVX2B_MR);
+  for (; i0 + REFCG_AVX2B_MR <= r1; i0 += REFCG_AVX2B_MR) refcg_tile_avx2b(j, b, i0, nb, REFCG_AVX2B_MR);
   switch (r1 - i0) { /* REFCG_AVX2B_MR is 4 */
-    case 3: refcg_tile_avx2b(j, i0, nb, 3); break;
-    case 2: refcg_tile_avx2b(j, i0, nb, 2); break;
-    case 1: refcg_tile_avx2b(j, i0, nb, 1); break;
+    case 3: refcg_tile_avx2b(j, b, i0, nb, 3); break;
+    case 2: refcg_tile_avx2b(j, b, i0, nb, 2); break;
+    case 1: refcg_tile_avx2b(j, b, i0, nb, 1); break;
     default: break;
   }
 }
@@ -306,11 +383,11 @@ REFCG_INLINE void refcg_widen_w_avx2(const int8_t* w, int64_t nk, int16_t* ww) {
     _mm256_store_si256((__m256i*)ww, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)w)));
 }
 
-/* MR rows [i0, i0 + MR) x block nb, k-steps [q0, q1) from those weights widened (ww): per
+/* MR rows [i0, i0 + MR) x block b, k-steps [q0, q1) from those weights widened (ww): per
  * k-step and row one vpmovzxbw, no weight shuffles. Accumulators start at zero (q0 == 0) or
  * from saved (MR x 32 int32), and are saved (q1 < nk) or go to the epilogue. */
-REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, int32_t i0, int32_t nb, const int16_t* ww, int64_t q0,
-                                   int64_t q1, int64_t nk, int32_t* saved, const int MR) {
+REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t i0, const int16_t* ww,
+                                   int64_t q0, int64_t q1, int64_t nk, int32_t* saved, const int MR) {
   const uint8_t* arow[REFCG_AVX2_MR];
   int64_t out_off[REFCG_AVX2_MR];
   refcg_rows_avx2(j, i0, MR, arow, out_off);
@@ -339,7 +416,7 @@ REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, int32_t i0, int32_t 
       for (int g = 0; g < 4; ++g) _mm256_storeu_si256((__m256i*)(saved + 32 * r + 8 * g), acc[r][g]);
     return;
   }
-  refcg_tile_epi_avx2(j, out_off, nb, acc, MR);
+  refcg_tile_epi_avx2(j, b, out_off, acc, MR);
 }
 
 /* Tiles [t0, t1): per channel block, its weights are widened to int16 once per chunk of K into
@@ -359,16 +436,18 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
     const int32_t r0 = (int32_t)rp0 * REFCG_AVX2_TABLE_MR;
     const int32_t r1 = rp1 * REFCG_AVX2_TABLE_MR < j->m ? (int32_t)rp1 * REFCG_AVX2_TABLE_MR : j->m;
     t += rp1 - rp0;
+    refcg_blk_avx2 b;
+    refcg_blk_init_avx2(j, nb, &b);
     if (j->pair_safe && j->pair_safe[nb]) {
-      refcg_rows_avx2b(j, r0, r1, nb);
+      refcg_rows_avx2b(j, &b, r0, r1, nb);
       continue;
     }
     if (r1 - r0 <= 4 || nk == 0) { /* too few rows to repay the widening (dense 4x1024x1024: 6% slower) */
       for (int32_t i0 = r0; i0 < r1; i0 += 2) {
         if (r1 - i0 == 1)
-          refcg_tile_avx2(j, i0, nb, 1);
+          refcg_tile_avx2(j, &b, i0, nb, 1);
         else
-          refcg_tile_avx2(j, i0, nb, 2);
+          refcg_tile_avx2(j, &b, i0, nb, 2);
       }
       continue;
     }
@@ -380,11 +459,11 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
         if (nchunks > 1 || g0 == r0) refcg_widen_w_avx2(w + q0 * 64, q1 - q0, ww);
         int32_t i0 = g0;
         for (; i0 + REFCG_AVX2_MR <= g1; i0 += REFCG_AVX2_MR)
-          refcg_tile_avx2w(j, i0, nb, ww, q0, q1, nk, saved + 32 * (i0 - g0), REFCG_AVX2_MR);
+          refcg_tile_avx2w(j, &b, i0, ww, q0, q1, nk, saved + 32 * (i0 - g0), REFCG_AVX2_MR);
         if (g1 - i0 == 2)
-          refcg_tile_avx2w(j, i0, nb, ww, q0, q1, nk, saved + 32 * (i0 - g0), 2);
+          refcg_tile_avx2w(j, &b, i0, ww, q0, q1, nk, saved + 32 * (i0 - g0), 2);
         else if (g1 - i0 == 1)
-          refcg_tile_avx2w(j, i0, nb, ww, q0, q1, nk, saved + 32 * (i0 - g0), 1);
+          refcg_tile_avx2w(j, &b, i0, ww, q0, q1, nk, saved + 32 * (i0 - g0), 1);
       }
     }
   }
@@ -620,86 +699,159 @@ static void refcg_dwp_avxvnni(const void* ctx, int64_t c0, int64_t c1) {
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #endif
 
-/* Requantize constants as vectors, prepared once per channel block (or per plane): multiplier
- * (even lanes, and odd lanes moved down), right shift t = 31 - shift split the same way with
- * the rounding 2^(t-1) (int64 mode), or the float32 scale; zero points and clamp range. */
+/* Requantize constants as vectors, prepared once per channel block (or per plane): zero points
+ * and clamp range, then the mode's constants, which share storage (the union): int64 modes, the
+ * multiplier (even lanes, odd lanes moved down) and REFCG_FPM_PLAN (rounding 2^kx as the even and
+ * odd int64 halves, r; l1 and l2 only read when general); float modes, the scale (float64: lanes
+ * 0-7, 8-15) and the expression's constants. */
 typedef struct {
-  int32_t mode, identity, fused, round_emulated;
+  int32_t mode, identity, fused, round_emulated, has_post;
+  int32_t general; /* int64: TONEAREST, or some lane shifts left first (l1 nonzero) */
   __m512i izp, ozp, lo, hi;
-  __m512i m_e, m_o, t_e, t_o, r_e, r_o;
-  __m512 fizp, fadd, fpost, f;
+  union {
+    struct {
+      __m512i m_e, m_o, k_e, k_o, r, l1, l2;
+    } q;
+    struct {
+      __m512 scale, izp, add, post;
+    } f;
+    struct {
+      __m512d scale[2], izp, add, post;
+    } d;
+  } c;
 } refcg_rqv_avx512;
+
+REFCG_INLINE __m512i refcg_even64_avx512(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi64(0xffffffffLL)); }
+REFCG_INLINE __m512i refcg_odd64_avx512(__m512i v) { return _mm512_srli_epi64(v, 32); }
 
 /* Lanes are channels c + l (lanes = 1, masked) or all channel c (lanes = 0). */
 REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load_avx512(const refcg_requant* rq, int32_t c, __mmask16 mask, int lanes) {
   refcg_rqv_avx512 r;
-  r.m_e = r.m_o = r.t_e = r.t_o = r.r_e = r.r_o = _mm512_setzero_si512(); /* registers, not a memset */
-  r.f = _mm512_setzero_ps();
+  const __m512i zero = _mm512_setzero_si512();
   r.mode = rq->mode;
   r.identity = rq->identity;
+  r.fused = rq->fused;
+  r.round_emulated = rq->round_emulated;
+  r.general = 0;
   r.izp = _mm512_set1_epi32(rq->input_zp);
   r.ozp = _mm512_set1_epi32(rq->output_zp);
   r.lo = _mm512_set1_epi32(rq->out_min);
   r.hi = _mm512_set1_epi32(rq->out_max);
-  r.fused = rq->fused;
-  r.round_emulated = rq->round_emulated;
-  r.fizp = _mm512_set1_ps((float)rq->input_zp);
-  r.fadd = _mm512_set1_ps(rq->addend_f32);
-  r.fpost = _mm512_set1_ps(rq->post_f32);
+  r.c.q.m_e = r.c.q.m_o = r.c.q.k_e = r.c.q.k_o = r.c.q.r = r.c.q.l1 = r.c.q.l2 = zero; /* registers, not a memset */
   c = rq->per_channel ? c : 0;
   lanes = lanes && rq->per_channel;
-  if (rq->identity) return r;
-  if (rq->mode != REFCG_RQ_INT64_UPWARD) {
-    r.f = lanes ? _mm512_maskz_loadu_ps(mask, rq->scale_f32 + c) : _mm512_set1_ps(rq->scale_f32[c]);
+  const int f64 = rq->mode == REFCG_RQ_FLOAT64_UPWARD || rq->mode == REFCG_RQ_FLOAT64_TONEAREST;
+  r.has_post = f64 ? rq->post_f64 != 0.0 : rq->post_f32 != 0.0f; /* + 0.0 changes no result: skipped */
+  if (f64) {
+    r.c.d.izp = _mm512_set1_pd((double)rq->input_zp);
+    r.c.d.add = _mm512_set1_pd(rq->addend_f64);
+    r.c.d.post = _mm512_set1_pd(rq->post_f64);
+    r.c.d.scale[0] = lanes ? _mm512_maskz_loadu_pd((__mmask8)mask, rq->scale_f64 + c) : _mm512_set1_pd(rq->scale_f64[c]);
+    r.c.d.scale[1] = lanes ? _mm512_maskz_loadu_pd((__mmask8)(mask >> 8), rq->scale_f64 + c + 8) : r.c.d.scale[0];
+    return r; /* identity reads no scale */
+  }
+  if (rq->mode == REFCG_RQ_FLOAT32_UPWARD || rq->mode == REFCG_RQ_FLOAT32_TONEAREST) {
+    r.c.f.izp = _mm512_set1_ps((float)rq->input_zp);
+    r.c.f.add = _mm512_set1_ps(rq->addend_f32);
+    r.c.f.post = _mm512_set1_ps(rq->post_f32);
+    r.c.f.scale = lanes ? _mm512_maskz_loadu_ps(mask, rq->scale_f32 + c) : _mm512_set1_ps(rq->scale_f32[c]);
     return r;
   }
-  const __m512i m = lanes ? _mm512_maskz_loadu_epi32(mask, rq->multiplier + c) : _mm512_set1_epi32(rq->multiplier[c]);
-  const __m512i s = lanes ? _mm512_maskz_loadu_epi32(mask, rq->shift + c) : _mm512_set1_epi32(rq->shift[c]);
-  const __m512i t = _mm512_sub_epi32(_mm512_set1_epi32(31), s), one = _mm512_set1_epi64(1);
-  r.m_e = m;
-  r.m_o = _mm512_srli_epi64(m, 32);
-  r.t_e = _mm512_and_si512(t, _mm512_set1_epi64(0xffffffffLL));
-  r.t_o = _mm512_srli_epi64(t, 32);
-  r.r_e = _mm512_sllv_epi64(one, _mm512_sub_epi64(r.t_e, one));
-  r.r_o = _mm512_sllv_epi64(one, _mm512_sub_epi64(r.t_o, one));
+  if (rq->identity) return r;
+  const int up = rq->mode == REFCG_RQ_INT64_UPWARD;
+  if (!lanes) { /* one channel: the plan in scalars, broadcast */
+    const refcg_fpm_one one = refcg_fpm_one_of(rq, c);
+    r.c.q.m_e = r.c.q.m_o = _mm512_set1_epi32(rq->multiplier[c]);
+    r.c.q.k_e = r.c.q.k_o = _mm512_set1_epi64(one.k);
+    r.c.q.l1 = _mm512_set1_epi32(one.l1);
+    r.c.q.l2 = _mm512_set1_epi32(one.l2);
+    r.c.q.r = _mm512_set1_epi32(one.r);
+    r.general = one.general;
+    return r;
+  }
+  /* masked-off lanes get shift -1: no left shift */
+  const __m512i s = _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), mask, rq->shift + c);
+  const __m512i m = _mm512_maskz_loadu_epi32(mask, rq->multiplier + c), one64 = _mm512_set1_epi64(1);
+  refcg_v16si l1, l2, kx, rs;
+  REFCG_FPM_PLAN((refcg_v16si)s, up, l1, l2, kx, rs);
+  r.c.q.l1 = (__m512i)l1;
+  r.c.q.l2 = (__m512i)l2;
+  r.c.q.r = (__m512i)rs;
+  r.general = !up || _mm512_test_epi32_mask(r.c.q.l1, r.c.q.l1) != 0;
+  r.c.q.m_e = m;
+  r.c.q.m_o = _mm512_shuffle_epi32(m, _MM_PERM_DDBB); /* odd lanes into the even slots vpmuldq reads */
+  r.c.q.k_e = _mm512_sllv_epi64(one64, refcg_even64_avx512((__m512i)kx));
+  r.c.q.k_o = _mm512_sllv_epi64(one64, refcg_odd64_avx512((__m512i)kx));
   return r;
 }
+
+/* One int64 half of REFCG_FPM_PLAN in general: ((p << l1) + k (- 1 if negative: TONEAREST)) << l2. */
+REFCG_INLINE __m512i refcg_fpm_half_avx512(__m512i p, __m512i l1, __m512i k, __m512i l2, int tonearest) {
+  p = _mm512_sllv_epi64(p, l1);
+  if (tonearest) p = _mm512_add_epi64(p, _mm512_srai_epi64(p, 63));
+  return _mm512_sllv_epi64(_mm512_add_epi64(p, k), l2);
+}
+
+/* refcg_requantize_one's float expression on the lanes of f (float or double vectors); the
+ * explicit-rounding forms are never contracted into an FMA. The roundings are the all-ones maskz
+ * forms and f - t a plain sub: without -O, GCC 12's roundscale and sub_round macros pass an
+ * "undefined" vector that g++ -Wmaybe-uninitialized flags here (GCC PR 105593). */
+#define REFCG_RQ_FLOAT_AVX512(r_, f, scale_, izp_, add_, post_, sfx)                                     \
+  do {                                                                                                 \
+    const __typeof__(f) sign_ = _mm512_set1_##sfx(-0.0), one_ = _mm512_set1_##sfx(1.0);                \
+    const __typeof__(f) half_ = _mm512_set1_##sfx(0.5);                                                \
+    f = _mm512_sub_round_##sfx(f, izp_, _MM_FROUND_CUR_DIRECTION);                                     \
+    if ((r_)->identity)                                                                                \
+      f = _mm512_add_round_##sfx(f, add_, _MM_FROUND_CUR_DIRECTION);                                   \
+    else if ((r_)->fused)                                                                              \
+      f = _mm512_fmadd_##sfx(f, scale_, add_);                                                         \
+    else                                                                                               \
+      f = _mm512_add_round_##sfx(_mm512_mul_round_##sfx(f, scale_, _MM_FROUND_CUR_DIRECTION), add_,    \
+                                 _MM_FROUND_CUR_DIRECTION);                                            \
+    if ((r_)->has_post) f = _mm512_add_round_##sfx(f, post_, _MM_FROUND_CUR_DIRECTION);                \
+    if ((r_)->mode == REFCG_RQ_FLOAT32_UPWARD || (r_)->mode == REFCG_RQ_FLOAT64_UPWARD) {              \
+      f = _mm512_maskz_roundscale_##sfx(~0, f, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);            \
+    } else if ((r_)->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */           \
+      f = _mm512_add_round_##sfx(f, _mm512_or_##sfx(half_, _mm512_and_##sfx(f, sign_)),                \
+                                 _MM_FROUND_CUR_DIRECTION);                                            \
+    } else { /* half away from zero; f - trunc(f) is exact */                                         \
+      const __typeof__(f) t_ = _mm512_maskz_roundscale_##sfx(~0, f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); \
+      const __typeof__(f) d_ = _mm512_abs_##sfx(_mm512_sub_##sfx(f, t_)); /* no product: no FMA */      \
+      f = _mm512_mask_add_round_##sfx(t_, _mm512_cmp_##sfx##_mask(d_, half_, _CMP_GE_OQ), t_,          \
+                                      _mm512_or_##sfx(one_, _mm512_and_##sfx(f, sign_)),              \
+                                      _MM_FROUND_CUR_DIRECTION);                                       \
+    }                                                                                                  \
+  } while (0)
 
 /* Requantize 16 lanes into clamped int32 (refcg_requantize_one of the vector modes). */
 REFCG_INLINE __m512i refcg_rq_apply_avx512(const refcg_rqv_avx512* r, __m512i acc) {
   __m512i v;
-  if (r->mode == REFCG_RQ_INT64_UPWARD) {
+  if (r->mode == REFCG_RQ_INT64_UPWARD || r->mode == REFCG_RQ_INT64_TONEAREST) {
     v = _mm512_sub_epi32(acc, r->izp);
-    if (!r->identity) { /* refcg_fpm_upward, shifts in [-31, 0]: even and odd lanes in int64 */
-      const __m512i pe = _mm512_srav_epi64(_mm512_add_epi64(_mm512_mul_epi32(v, r->m_e), r->r_e), r->t_e);
-      const __m512i po = _mm512_srav_epi64(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(v, 32), r->m_o), r->r_o), r->t_o);
-      v = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
+    if (!r->identity) { /* REFCG_FPM_PLAN: even and odd int64 products, then their high halves */
+      __m512i pe = _mm512_mul_epi32(v, r->c.q.m_e);
+      __m512i po = _mm512_mul_epi32(_mm512_shuffle_epi32(v, _MM_PERM_DDBB), r->c.q.m_o);
+      if (r->general) {
+        const int tonearest = r->mode == REFCG_RQ_INT64_TONEAREST;
+        const __m512i l1 = r->c.q.l1, l2 = r->c.q.l2;
+        pe = refcg_fpm_half_avx512(pe, refcg_even64_avx512(l1), r->c.q.k_e, refcg_even64_avx512(l2), tonearest);
+        po = refcg_fpm_half_avx512(po, refcg_odd64_avx512(l1), r->c.q.k_o, refcg_odd64_avx512(l2), tonearest);
+      } else { /* UPWARD, right shifts only */
+        pe = _mm512_add_epi64(pe, r->c.q.k_e);
+        po = _mm512_add_epi64(po, r->c.q.k_o);
+      }
+      v = _mm512_srav_epi32(_mm512_mask_shuffle_epi32(po, 0x5555, pe, _MM_PERM_DDBB), r->c.q.r);
     }
     v = _mm512_add_epi32(v, r->ozp);
+  } else if (r->mode == REFCG_RQ_FLOAT64_UPWARD || r->mode == REFCG_RQ_FLOAT64_TONEAREST) {
+    __m512d lo = _mm512_cvtepi32_pd(_mm512_castsi512_si256(acc)), hi = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc, 1));
+    REFCG_RQ_FLOAT_AVX512(r, lo, r->c.d.scale[0], r->c.d.izp, r->c.d.add, r->c.d.post, pd);
+    REFCG_RQ_FLOAT_AVX512(r, hi, r->c.d.scale[1], r->c.d.izp, r->c.d.add, r->c.d.post, pd);
+    /* out of range -> INT32_MIN, like refcg_f64_to_i32 on x86 */
+    v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epi32(lo)), _mm512_cvttpd_epi32(hi), 1);
   } else {
-    /* refcg_requantize_one's expression; explicit-rounding forms are never contracted into an FMA */
-    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
-    __m512 f = _mm512_sub_round_ps(_mm512_cvtepi32_ps(acc), r->fizp, _MM_FROUND_CUR_DIRECTION);
-    if (r->identity)
-      f = _mm512_add_round_ps(f, r->fadd, _MM_FROUND_CUR_DIRECTION);
-    else if (r->fused)
-      f = _mm512_fmadd_ps(f, r->f, r->fadd);
-    else
-      f = _mm512_add_round_ps(_mm512_mul_round_ps(f, r->f, _MM_FROUND_CUR_DIRECTION), r->fadd, _MM_FROUND_CUR_DIRECTION);
-    f = _mm512_add_round_ps(f, r->fpost, _MM_FROUND_CUR_DIRECTION);
-    if (r->mode == REFCG_RQ_FLOAT32_UPWARD) {
-      f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    } else if (r->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */
-      const __m512 half = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(0.5f)),
-          _mm512_and_si512(_mm512_castps_si512(f), sign)));
-      f = _mm512_add_round_ps(f, half, _MM_FROUND_CUR_DIRECTION);
-    } else {
-      const __m512 t = _mm512_roundscale_ps(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      const __mmask16 half = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_round_ps(f, t, _MM_FROUND_CUR_DIRECTION)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-      const __m512 step = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(1.0f)),
-          _mm512_and_si512(_mm512_castps_si512(f), sign)));
-      f = _mm512_mask_add_round_ps(t, half, t, step, _MM_FROUND_CUR_DIRECTION);
-    }
+    __m512 f = _mm512_cvtepi32_ps(acc);
+    REFCG_RQ_FLOAT_AVX512(r, f, r->c.f.scale, r->c.f.izp, r->c.f.add, r->c.f.post, ps);
     v = _mm512_cvttps_epi32(f);
   }
   return _mm512_max_epi32(_mm512_min_epi32(v, r->hi), r->lo);
@@ -872,6 +1024,19 @@ REFCG_INLINE void refcg_dwp_store_avx512(const refcg_epi* e, const refcg_rqv_avx
     _mm512_mask_cvtepi32_storeu_epi8((uint8_t*)e->out + off, mask, v); /* values are in range */
 }
 
+/* The low bytes of NV (1 to 4) vectors of 16 requantized values (in the output dtype's range, so
+ * the saturating packs change nothing), n of them stored (64 or more: all): two packs and one dword
+ * permute for up to 64 bytes, instead of a vpmovdb store per vector. */
+REFCG_INLINE void refcg_store_bytes_avx512(uint8_t* out, const __m512i* v, int NV, int is_unsigned, int64_t n) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i a = _mm512_packs_epi32(v[0], NV > 1 ? v[1] : zero), b = NV > 2 ? _mm512_packs_epi32(v[2], NV > 3 ? v[3] : zero) : zero;
+  const __m512i bytes = is_unsigned ? _mm512_packus_epi16(a, b) : _mm512_packs_epi16(a, b);
+  /* 128-bit lane l holds 4 values of each vector k at dword 4 l + k: back to dword 4 k + l */
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __mmask64 mask = n >= 16 * NV ? (__mmask64)(~0ULL >> (64 - 16 * NV)) : (__mmask64)((1ULL << n) - 1ULL);
+  _mm512_mask_storeu_epi8(out, mask, _mm512_permutexvar_epi32(order, bytes));
+}
+
 /* Expand a padded row: per group and 16 pixels one 64-byte load, vpermd (lane k: bytes from
  * 4 * k * sw) and vpshufb (the Q taps of each pixel into its 32-bit lane). */
 REFCG_INLINE void refcg_dwp_expand_avx512(const refcg_dwp_job* j, const uint8_t* row, int32_t* e) {
@@ -901,6 +1066,11 @@ REFCG_INLINE void refcg_dwp_nb_avx512(const refcg_dwp_strip* s, const refcg_dwpk
       const __m512i w = _mm512_set1_epi32(s->words[r * g + i]);
       for (int b = 0; b < NB; ++b) acc[b] = _mm512_dpbusd_epi32(acc[b], _mm512_load_si512(e + i * owp + 16 * b), w);
     }
+  if (s->epi.rq_vector && s->epi.out_dtype != REFCG_S32) { /* the NB * 16 pixels as one store */
+    for (int b = 0; b < NB; ++b) acc[b] = refcg_rq_apply_avx512(&k->r, acc[b]);
+    refcg_store_bytes_avx512((uint8_t*)s->epi.out + off, acc, NB, s->epi.out_dtype == REFCG_U8, n);
+    return;
+  }
   for (int b = 0; b < NB; ++b) refcg_dwp_store_avx512(&s->epi, &k->r, acc[b], s->oc, off + 16 * b, n - 16 * b < 16 ? n - 16 * b : 16);
 }
 
@@ -950,10 +1120,18 @@ REFCG_INLINE void refcg_gemmp_tile_avx512(const refcg_gemmp_job* j, int32_t oc0,
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], xv[v], w);
     }
   }
+  const int bytes = j->epi.rq_vector && j->epi.out_dtype != REFCG_S32;
   for (int r = 0; r < rows; ++r) {
     const int32_t oc = oc0 + r;
     const refcg_rqv_avx512 rv = refcg_rqv_load_avx512(j->epi.rq, oc, 0, 0); /* channel oc in every lane */
     const __m512i corr = _mm512_set1_epi32(j->epi.corr[oc]);
+    if (bytes) { /* the row's NV * 16 pixels as one store */
+      __m512i v[4];
+      for (int b = 0; b < NV; ++b) v[b] = refcg_rq_apply_avx512(&rv, _mm512_add_epi32(acc[r][b], corr));
+      refcg_store_bytes_avx512((uint8_t*)j->epi.out + oc * j->epi.o_c + p0, v, NV, j->epi.out_dtype == REFCG_U8,
+                               j->hw - p0);
+      continue;
+    }
     for (int v = 0; v < NV; ++v) {
       const int64_t p = p0 + 16 * v;
       if (p >= j->hw) break;

@@ -51,9 +51,16 @@ DTYPE_CODE = {name: getattr(ENUMS, const) for name, const in
               (("int8", "REFCG_S8"), ("uint8", "REFCG_U8"), ("int32", "REFCG_S32"), ("int16", "REFCG_S16"))}
 
 
-def _build(cache: Path):
-    cdef = header_cdef()
-    source = bundled_core()
+HARNESS = Path(__file__).with_name("epilogue_harness.c")
+HARNESS_CDEF = """int refcg_harness_epilogue(const char* isa, int32_t planar, const refcg_requant* rq, const int32_t* acc,
+                           const int32_t* corr, int32_t pixels, int32_t channels, void* out, int32_t out_dtype);"""
+
+
+def _build(cache: Path, source: str | None = None, harness: bool = False):
+    """``source``: another bundled core (tools/bench_epilogue.py builds an older one beside this one);
+    ``harness``: with tests/epilogue_harness.c appended (refcg_harness_epilogue)."""
+    cdef = header_cdef() + (HARNESS_CDEF if harness else "")
+    source = (source or bundled_core()) + ("\n" + HARNESS.read_text() if harness else "")
     digest = hashlib.sha256((cdef + source).encode()).hexdigest()[:16]
     name = f"_refcg_core_{digest}"
     target = cache / name
@@ -89,9 +96,9 @@ def _cpu_flags() -> set[str]:
 class Core:
     """The compiled core plus helpers that keep the numpy arrays behind each C struct alive."""
 
-    def __init__(self, cache: str | None = None):
+    def __init__(self, cache: str | None = None, *, source: str | None = None, harness: bool = False):
         cache_dir = Path(cache or os.environ.get("REFCG_CORE_CACHE", Path(tempfile.gettempdir()) / "refcg-core"))
-        module = _build(cache_dir)
+        module = _build(cache_dir, source, harness)
         self.ffi, self.lib, self.path = module.ffi, module.lib, module.__file__
         self._keep: list = []
 
