@@ -1,14 +1,15 @@
-"""Where each ``qnn.dequantize`` result goes, for the dequantize check (ops/quantize.py).
+"""Facts about a graph's consumers that decide whether a QNN op can leave TVM bit-exactly, computed once
+per partitioning (``partition_for_refcg``) on the graph MergeComposite runs on, keyed by the call's attrs
+object (MergeComposite keeps it when it rebuilds a call around new arguments):
 
-refcg hands a dequantize's float32 result back to TVM as a materialized tensor. TVM-only instead
-lowers it to ``float(x - zp) * scale`` and optimizes it together with its consumers: FuseOps puts
-the multiply in one kernel with an elementwise add, which LLVM contracts into an FMA on FMA
-targets (AllowFPOpFusion::Fast), and SimplifyExpr folds a following constant multiply into the
-scale. So a dequantize is offloaded only when its result reaches nothing that could do that.
-It also records which rank-0 scale constants TVM-only loads from memory rather than inlining, for
-the quantize plans (``loads_scale``).
-Computed once per partitioning (``partition_for_refcg``) on the graph MergeComposite runs on; keyed by the call's attrs
-object, which MergeComposite keeps when it rebuilds a call around new arguments.
+- where each ``qnn.dequantize`` result goes (the dequantize check). refcg hands its float32 result back
+  to TVM as a materialized tensor; TVM-only lowers it to ``float(x - zp) * scale`` and optimizes it with
+  its consumers: FuseOps puts the multiply in one kernel with an elementwise add, which LLVM contracts
+  into an FMA on FMA targets (AllowFPOpFusion::Fast), and SimplifyExpr folds a following constant
+  multiply into the scale. So a dequantize is offloaded only when its result reaches nothing that could;
+- which rank-0 scale constants TVM-only loads from memory rather than inlining (``loads_scale``: the
+  quantize then divides);
+- which quantizes feed a cast TVM-only applies to their float value (``cast_reason``).
 """
 from __future__ import annotations
 
