@@ -71,13 +71,12 @@ def _loaded_scale_readers(users: dict) -> dict:
         return True
 
     loaded = {}
-    for const, readers in users.items():
+    for group, (const, readers) in enumerate(users.items()):
         if not (isinstance(const, relay.Constant) and const.data.dtype.startswith("float")
                 and const.data.numpy().size == 1):
             continue
         readers = [node for node in readers if runtime_reader(node)]
         if len(readers) > 1 and not any(all(reaches(node, sink) for node in readers) for sink in readers):
-            group = len(set(loaded.values()))
             loaded.update({node.attrs: group for node in readers if isinstance(node, relay.Call) and node.attrs is not None})
     return loaded
 

@@ -174,10 +174,10 @@ def _keep_loaded_scales_shared(mod, ctx: CheckContext):
         return mod
 
     def keep(call, _):
-        reads = []
-        relay.analysis.post_order_visit(call.op.body, lambda e: reads.append(
-            isinstance(e, relay.Call) and ctx.dequantize_uses.scale_group(e) in groups))
-        if not any(reads):
+        read = set()
+        relay.analysis.post_order_visit(call.op.body, lambda e: read.add(
+            ctx.dequantize_uses.scale_group(e) if isinstance(e, relay.Call) else None))
+        if not read & groups:
             return call
         ctx.rejections.record(_members(call), "reads the rank-0 scale constant of a qnn.quantize left in TVM: "
                               "TVM-only divides by it only while several kernels read it")
