@@ -1108,18 +1108,22 @@ REFCG_INLINE void refcg_gemmp_tile_avx512(const refcg_gemmp_job* j, int32_t oc0,
     const int32_t oc = oc0 + (r < rows ? r : rows - 1);
     wrow[r] = j->w + (int64_t)(oc / 16) * j->kp * 16 + (oc % 16) * 4;
   }
-  __m512i acc[REFCG_GEMMP_MR][4];
+  __m512i sum[REFCG_GEMMP_MR][4], acc[REFCG_GEMMP_MR][4];
   for (int r = 0; r < REFCG_GEMMP_MR; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
+    for (int v = 0; v < NV; ++v) sum[r][v] = _mm512_setzero_si512();
   const uint8_t* x = j->xi + p0 * 4;
   for (int32_t q = 0; q < j->kp / 4; ++q, x += j->hw * 4) {
     __m512i xv[4];
     for (int v = 0; v < NV; ++v) xv[v] = _mm512_loadu_si512(x + 64 * v);
     for (int r = 0; r < REFCG_GEMMP_MR; ++r) {
       const __m512i w = _mm512_set1_epi32(refcg_load_i32((const uint8_t*)wrow[r] + (int64_t)q * 64));
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], xv[v], w);
+      for (int v = 0; v < NV; ++v) sum[r][v] = _mm512_dpbusd_epi32(sum[r][v], xv[v], w);
     }
   }
+  /* sum is indexed by constants only, so it stays in registers; the epilogue's run-time row index
+   * reads this copy (indexing sum itself made GCC 12 store all 24 accumulators every k step) */
+  for (int r = 0; r < REFCG_GEMMP_MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = sum[r][v];
   const int bytes = j->epi.rq_vector && j->epi.out_dtype != REFCG_S32;
   for (int r = 0; r < rows; ++r) {
     const int32_t oc = oc0 + r;
