@@ -230,19 +230,6 @@ REFCG_INLINE __m256i refcg_hsum_pairs_avx2(__m256i g0, __m256i g1) {
   return _mm256_permute4x64_epi64(_mm256_hadd_epi32(g0, g1), 0xD8);
 }
 
-/* Input row pointers and output offsets of rows [i0, i0 + n), with one division. */
-REFCG_INLINE void refcg_rows_avx2(const refcg_gemm_job* j, int32_t i0, int n, const uint8_t** arow, int64_t* out_off) {
-  int32_t q = i0 / j->cols, c = i0 - q * j->cols;
-  for (int r = 0; r < n; ++r) {
-    arow[r] = j->a + (int64_t)q * j->a_row_h + (int64_t)c * j->a_row_w;
-    out_off[r] = (int64_t)q * j->o_row_h + (int64_t)c * j->o_row_w;
-    if (++c == j->cols) {
-      c = 0;
-      ++q;
-    }
-  }
-}
-
 /* The epilogue of 16-channel block nb, prepared once per block and row range (not per tile):
  * requantize constants and corrections of channels 0-7 and 8-15, and a local copy of rq (the byte
  * stores may alias it). vec == 0: the per-row epilogue (a scalar mode, or strided channels). */
@@ -317,7 +304,7 @@ REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, const refcg_blk_avx2*
                                                                    const int MR) {
   const uint8_t* arow[2];
   int64_t out_off[2];
-  refcg_rows_avx2(j, i0, MR, arow, out_off);
+  refcg_job_rows(j, i0, MR, arow, out_off);
   __m256i acc[2][4];
   for (int r = 0; r < MR; ++r)
     for (int g = 0; g < 4; ++g) acc[r][g] = _mm256_setzero_si256();
@@ -344,7 +331,7 @@ REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2
                                    const int MR) {
   const uint8_t* arow[REFCG_AVX2B_MR];
   int64_t out_off[REFCG_AVX2B_MR];
-  refcg_rows_avx2(j, i0, MR, arow, out_off);
+  refcg_job_rows(j, i0, MR, arow, out_off);
   __m256i acc[REFCG_AVX2_MR_MAX][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -390,7 +377,7 @@ REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2
                                    int64_t q0, int64_t q1, int64_t nk, int32_t* saved, const int MR) {
   const uint8_t* arow[REFCG_AVX2_MR];
   int64_t out_off[REFCG_AVX2_MR];
-  refcg_rows_avx2(j, i0, MR, arow, out_off);
+  refcg_job_rows(j, i0, MR, arow, out_off);
   __m256i acc[REFCG_AVX2_MR][4];
   for (int r = 0; r < MR; ++r)
     for (int g = 0; g < 4; ++g)
@@ -637,7 +624,8 @@ static void refcg_bin_avx2(const void* ctx, int64_t r0, int64_t r1) {
 REFCG_INLINE void refcg_tile_avxvnni(const refcg_gemm_job* j, int32_t i0, int32_t nb,
                                                                       const int MR) {
   const uint8_t* arow[6];
-  const int32_t rows = refcg_tile_rows(j, i0, MR, arow);
+  int64_t out_off[6];
+  const int32_t rows = refcg_tile_rows(j, i0, MR, arow, out_off);
   __m256i acc[6][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
   const int8_t* wp = j->w + (int64_t)nb * j->kp * 16;
@@ -657,7 +645,7 @@ REFCG_INLINE void refcg_tile_avxvnni(const refcg_gemm_job* j, int32_t i0, int32_
     int32_t t[16];
     _mm256_storeu_si256((__m256i*)t, acc[r][0]);
     _mm256_storeu_si256((__m256i*)(t + 8), acc[r][1]);
-    refcg_epi_avx2(&j->epi, t, c0, nvalid, refcg_job_out(j, i0 + r));
+    refcg_epi_avx2(&j->epi, t, c0, nvalid, out_off[r]);
   }
 }
 
@@ -895,7 +883,8 @@ REFCG_INLINE void refcg_epi_avx512(const refcg_epi* e, const int32_t* acc, int32
 REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, int32_t i0, int32_t nb,
                                                                      const int MR, const int NV) {
   const uint8_t* arow[REFCG_X512_MR];
-  const int32_t rows = refcg_tile_rows(j, i0, MR, arow);
+  int64_t out_off[REFCG_X512_MR];
+  const int32_t rows = refcg_tile_rows(j, i0, MR, arow, out_off);
   __m512i acc[REFCG_X512_MR][REFCG_X512_NV];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
@@ -919,7 +908,7 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, int32_t i0, int32_t
     const refcg_rqv_avx512 rv = refcg_rqv_load_avx512(j->epi.rq, c0, mask, 1);
     const __m512i corr = _mm512_maskz_loadu_epi32(mask, j->epi.corr + c0);
     for (int r = 0; r < rows; ++r)
-      refcg_epi_vec_avx512(&j->epi, &rv, _mm512_add_epi32(acc[r][v], corr), c0, nvalid, refcg_job_out(j, i0 + r));
+      refcg_epi_vec_avx512(&j->epi, &rv, _mm512_add_epi32(acc[r][v], corr), c0, nvalid, out_off[r]);
   }
 }
 
