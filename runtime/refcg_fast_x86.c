@@ -850,6 +850,13 @@ REFCG_INLINE __m512i refcg_rq_avx512(const refcg_requant* rq, __m512i acc, int32
   return refcg_rq_apply_avx512(&r, acc);
 }
 
+/* The low bytes of 16 int32 lanes (in range: the truncation is the value), lanes in mask stored:
+ * vpmovdb into a register, then a masked byte store. vpmovdb with a memory operand is slow on
+ * Zen 4 (it was 12% of a 1x1 conv with K = 16, measured with perf). */
+REFCG_INLINE void refcg_store16_bytes_avx512(uint8_t* out, __mmask16 mask, __m512i v) {
+  _mm_mask_storeu_epi8(out, mask, _mm512_cvtepi32_epi8(v));
+}
+
 /* Requantize and store channels [c0, c0 + nvalid) of one pixel; acc includes the correction. */
 REFCG_INLINE void refcg_epi_vec_avx512(const refcg_epi* e, const refcg_rqv_avx512* r, __m512i acc, int32_t c0,
                                        int32_t nvalid, int64_t off) {
@@ -863,7 +870,7 @@ REFCG_INLINE void refcg_epi_vec_avx512(const refcg_epi* e, const refcg_rqv_avx51
   }
   const __m512i v = refcg_rq_apply_avx512(r, acc);
   if (e->o_c == 1 && e->out_dtype != REFCG_S32) {
-    _mm512_mask_cvtepi32_storeu_epi8((uint8_t*)e->out + off + c0, mask, v); /* values are in range */
+    refcg_store16_bytes_avx512((uint8_t*)e->out + off + c0, mask, v);
   } else if (e->o_c == 1) {
     _mm512_mask_storeu_epi32((int32_t*)e->out + off + c0, mask, v);
   } else {
@@ -1010,7 +1017,7 @@ REFCG_INLINE void refcg_dwp_store_avx512(const refcg_epi* e, const refcg_rqv_avx
   if (e->out_dtype == REFCG_S32)
     _mm512_mask_storeu_epi32((int32_t*)e->out + off, mask, v);
   else
-    _mm512_mask_cvtepi32_storeu_epi8((uint8_t*)e->out + off, mask, v); /* values are in range */
+    refcg_store16_bytes_avx512((uint8_t*)e->out + off, mask, v);
 }
 
 /* The low bytes of NV (1 to 4) vectors of 16 requantized values (in the output dtype's range, so
@@ -1188,7 +1195,7 @@ REFCG_INLINE void refcg_bin_row_avx512(const refcg_bin_job* j, const void* ctx, 
                               : _mm512_add_epi32(_mm512_sub_epi32(qa, qb), k->ozp);
       v = _mm512_max_epi32(_mm512_min_epi32(v, k->hi), k->lo);
     }
-    _mm512_mask_cvtepi32_storeu_epi8(out + i, mask, v);
+    refcg_store16_bytes_avx512(out + i, mask, v);
   }
 }
 
