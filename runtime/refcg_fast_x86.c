@@ -889,9 +889,26 @@ REFCG_INLINE void refcg_epi_avx512(const refcg_epi* e, const int32_t* acc, int32
                        nvalid, off);
 }
 
-/* MR rows x NV blocks of 16 channels starting at block nb. */
-REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, int32_t i0, int32_t nb,
-                                                                     const int MR, const int NV) {
+/* The epilogue constants of one block of 16 channels. */
+typedef struct {
+  refcg_rqv_avx512 r;
+  __m512i corr;
+  int32_t c0, nvalid;
+} refcg_blk_avx512;
+
+REFCG_INLINE refcg_blk_avx512 refcg_blk_load_avx512(const refcg_gemm_job* j, int32_t b) {
+  refcg_blk_avx512 k;
+  k.c0 = b * 16;
+  k.nvalid = j->n - k.c0 < 16 ? j->n - k.c0 : 16;
+  const __mmask16 mask = (__mmask16)((1u << k.nvalid) - 1u);
+  k.r = refcg_rqv_load_avx512(j->epi.rq, k.c0, mask, 1);
+  k.corr = _mm512_maskz_loadu_epi32(mask, j->epi.corr + k.c0);
+  return k;
+}
+
+/* MR rows x NV blocks of 16 channels starting at block nb, whose epilogue constants are blk. */
+REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk, int32_t i0, int32_t nb,
+                                    const int MR, const int NV) {
   const uint8_t* arow[REFCG_X512_MR];
   int64_t out_off[REFCG_X512_MR];
   const int32_t rows = refcg_tile_rows(j, i0, MR, arow, out_off);
@@ -911,15 +928,10 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, int32_t i0, int32_t
       }
     }
   }
-  /* requantize constants once per channel block, not per row: the epilogue's stores may alias them */
-  for (int v = 0; v < NV; ++v) {
-    const int32_t c0 = (nb + v) * 16, nvalid = j->n - c0 < 16 ? j->n - c0 : 16;
-    const __mmask16 mask = (__mmask16)((1u << nvalid) - 1u);
-    const refcg_rqv_avx512 rv = refcg_rqv_load_avx512(j->epi.rq, c0, mask, 1);
-    const __m512i corr = _mm512_maskz_loadu_epi32(mask, j->epi.corr + c0);
+  for (int v = 0; v < NV; ++v)
     for (int r = 0; r < rows; ++r)
-      refcg_epi_vec_avx512(&j->epi, &rv, _mm512_add_epi32(acc[r][v], corr), c0, nvalid, out_off[r]);
-  }
+      refcg_epi_vec_avx512(&j->epi, &blk[v].r, _mm512_add_epi32(acc[r][v], blk[v].corr), blk[v].c0, blk[v].nvalid,
+                           out_off[r]);
 }
 
 /* Tiles: (row block of 6) x (group of up to 4 channel blocks), row blocks fastest: a group's
@@ -929,21 +941,29 @@ static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
   const int32_t nblocks = (j->n + 15) / 16;
   const int64_t nrb = (j->m + REFCG_X512_MR - 1) / REFCG_X512_MR;
+  /* the requantize constants of a channel group, prepared when the group changes: once per group
+   * and thread, not per tile (a 6-row tile of a K = 16 conv spent a fifth of its time on them) */
+  refcg_blk_avx512 blk[REFCG_X512_NV];
+  int32_t loaded = -1;
   for (int64_t t = t0; t < t1; ++t) {
     const int32_t i0 = (int32_t)(t % nrb) * REFCG_X512_MR, nb = (int32_t)(t / nrb) * REFCG_X512_NV;
     const int32_t nv = nblocks - nb < REFCG_X512_NV ? nblocks - nb : REFCG_X512_NV;
+    if (nb != loaded) {
+      for (int32_t v = 0; v < nv; ++v) blk[v] = refcg_blk_load_avx512(j, nb + v);
+      loaded = nb;
+    }
     /* a tail group of 2-3 channel blocks in one tile: 12-18 independent accumulators instead of
      * 6 per block, which vpdpbusd's latency would leave half idle (MobileNet's 24/96/160 channels) */
     if (j->m - i0 == 1) {
-      for (int32_t b = nb; b < nb + nv; ++b) refcg_tile_avx512(j, i0, b, 1, 1);
+      for (int32_t v = 0; v < nv; ++v) refcg_tile_avx512(j, blk + v, i0, nb + v, 1, 1);
     } else if (nv == REFCG_X512_NV) {
-      refcg_tile_avx512(j, i0, nb, REFCG_X512_MR, REFCG_X512_NV);
+      refcg_tile_avx512(j, blk, i0, nb, REFCG_X512_MR, REFCG_X512_NV);
     } else if (nv == 3) {
-      refcg_tile_avx512(j, i0, nb, REFCG_X512_MR, 3);
+      refcg_tile_avx512(j, blk, i0, nb, REFCG_X512_MR, 3);
     } else if (nv == 2) {
-      refcg_tile_avx512(j, i0, nb, REFCG_X512_MR, 2);
+      refcg_tile_avx512(j, blk, i0, nb, REFCG_X512_MR, 2);
     } else {
-      refcg_tile_avx512(j, i0, nb, REFCG_X512_MR, 1);
+      refcg_tile_avx512(j, blk, i0, nb, REFCG_X512_MR, 1);
     }
   }
 }
