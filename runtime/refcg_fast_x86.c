@@ -851,13 +851,16 @@ REFCG_INLINE __m512i refcg_rq_avx512(const refcg_requant* rq, __m512i acc, int32
 }
 
 /* The low bytes of 16 int32 lanes (in range: the truncation is the value), lanes in mask stored:
- * vpmovdb into a register, then a masked byte store. vpmovdb with a memory operand is slow on
- * Zen 4 (it was 12% of a 1x1 conv with K = 16, measured with perf); the empty asm keeps GCC from
- * folding the two back into it. */
+ * vpmovdb into a register, then a plain store (all 16) or a masked one. vpmovdb with a memory
+ * operand is slow on Zen 4 (12% of a 1x1 conv with K = 16 in perf), a masked store is slower than
+ * a plain one; the empty asm keeps GCC from folding the two back into vpmovdb to memory. */
 REFCG_INLINE void refcg_store16_bytes_avx512(uint8_t* out, __mmask16 mask, __m512i v) {
   __m128i b = _mm512_cvtepi32_epi8(v);
   __asm__("" : "+v"(b));
-  _mm_mask_storeu_epi8(out, mask, b);
+  if (mask == 0xFFFF)
+    _mm_storeu_si128((__m128i*)out, b);
+  else
+    _mm_mask_storeu_epi8(out, mask, b);
 }
 
 /* Requantize and store channels [c0, c0 + nvalid) of one pixel; acc includes the correction. */
