@@ -909,12 +909,13 @@ REFCG_INLINE refcg_blk_avx512 refcg_blk_load_avx512(const refcg_gemm_job* j, int
   return k;
 }
 
-/* MR rows x NV blocks of 16 channels starting at block nb, whose epilogue constants are blk. */
-REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk, int32_t i0, int32_t nb,
-                                    const int MR, const int NV) {
+/* MR rows from row i0 (output row q, column c) x NV blocks of 16 channels starting at block nb,
+ * whose epilogue constants are blk. */
+REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk, int32_t i0, int32_t q,
+                                    int32_t c, int32_t nb, const int MR, const int NV) {
   const uint8_t* arow[REFCG_X512_MR];
   int64_t out_off[REFCG_X512_MR];
-  const int32_t rows = refcg_tile_rows(j, i0, MR, arow, out_off);
+  const int32_t rows = refcg_tile_rows_at(j, i0, q, c, MR, arow, out_off);
   __m512i acc[REFCG_X512_MR][REFCG_X512_NV];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
@@ -948,8 +949,12 @@ static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
    * and thread, not per tile (a 6-row tile of a K = 16 conv spent a fifth of its time on them) */
   refcg_blk_avx512 blk[REFCG_X512_NV];
   int32_t loaded = -1;
+  /* tile t: row block rb = t % nrb, channel group g = t / nrb, and the output row q and column c
+   * of its first row, all stepped instead of divided per tile */
+  int64_t rb = t0 % nrb, g = t0 / nrb;
+  int32_t q = (int32_t)(rb * REFCG_X512_MR / j->cols), c = (int32_t)(rb * REFCG_X512_MR - (int64_t)q * j->cols);
   for (int64_t t = t0; t < t1; ++t) {
-    const int32_t i0 = (int32_t)(t % nrb) * REFCG_X512_MR, nb = (int32_t)(t / nrb) * REFCG_X512_NV;
+    const int32_t i0 = (int32_t)rb * REFCG_X512_MR, nb = (int32_t)g * REFCG_X512_NV;
     const int32_t nv = nblocks - nb < REFCG_X512_NV ? nblocks - nb : REFCG_X512_NV;
     if (nb != loaded) {
       for (int32_t v = 0; v < nv; ++v) blk[v] = refcg_blk_load_avx512(j, nb + v);
@@ -958,15 +963,22 @@ static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
     /* a tail group of 2-3 channel blocks in one tile: 12-18 independent accumulators instead of
      * 6 per block, which vpdpbusd's latency would leave half idle (MobileNet's 24/96/160 channels) */
     if (j->m - i0 == 1) {
-      for (int32_t v = 0; v < nv; ++v) refcg_tile_avx512(j, blk + v, i0, nb + v, 1, 1);
+      for (int32_t v = 0; v < nv; ++v) refcg_tile_avx512(j, blk + v, i0, q, c, nb + v, 1, 1);
     } else if (nv == REFCG_X512_NV) {
-      refcg_tile_avx512(j, blk, i0, nb, REFCG_X512_MR, REFCG_X512_NV);
+      refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, REFCG_X512_NV);
     } else if (nv == 3) {
-      refcg_tile_avx512(j, blk, i0, nb, REFCG_X512_MR, 3);
+      refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 3);
     } else if (nv == 2) {
-      refcg_tile_avx512(j, blk, i0, nb, REFCG_X512_MR, 2);
+      refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 2);
     } else {
-      refcg_tile_avx512(j, blk, i0, nb, REFCG_X512_MR, 1);
+      refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 1);
+    }
+    if (++rb == nrb) {
+      rb = 0;
+      ++g;
+      q = c = 0;
+    } else {
+      for (c += REFCG_X512_MR; c >= j->cols; c -= j->cols) ++q;
     }
   }
 }
