@@ -696,6 +696,7 @@ typedef struct {
   int32_t mode, identity, fused, round_emulated, has_post;
   int32_t general; /* int64: TONEAREST, or some lane shifts left first (l1 nonzero) */
   __m512i izp, ozp, lo, hi;
+  __m512i lo8, hi8; /* the clamp range as bytes (8-bit outputs, clamped after the saturating packs) */
   union {
     struct {
       __m512i m_e, m_o, k_e, k_o, r, l1, l2;
@@ -725,6 +726,8 @@ REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load_avx512(const refcg_requant* rq, int
   r.ozp = _mm512_set1_epi32(rq->output_zp);
   r.lo = _mm512_set1_epi32(rq->out_min);
   r.hi = _mm512_set1_epi32(rq->out_max);
+  r.lo8 = _mm512_set1_epi8((char)rq->out_min);
+  r.hi8 = _mm512_set1_epi8((char)rq->out_max);
   r.c.q.m_e = r.c.q.m_o = r.c.q.k_e = r.c.q.k_o = r.c.q.r = r.c.q.l1 = r.c.q.l2 = zero; /* registers, not a memset */
   c = rq->per_channel ? c : 0;
   lanes = lanes && rq->per_channel;
@@ -811,8 +814,8 @@ REFCG_INLINE __m512i refcg_fpm_half_avx512(__m512i p, __m512i l1, __m512i k, __m
     }                                                                                                  \
   } while (0)
 
-/* Requantize 16 lanes into clamped int32 (refcg_requantize_one of the vector modes). */
-REFCG_INLINE __m512i refcg_rq_apply_avx512(const refcg_rqv_avx512* r, __m512i acc) {
+/* Requantize 16 lanes into int32 before the clamp (refcg_requantize_one of the vector modes). */
+REFCG_INLINE __m512i refcg_rq_unclamped_avx512(const refcg_rqv_avx512* r, __m512i acc) {
   __m512i v;
   if (r->mode == REFCG_RQ_INT64_UPWARD || r->mode == REFCG_RQ_INT64_TONEAREST) {
     v = _mm512_sub_epi32(acc, r->izp);
@@ -842,7 +845,12 @@ REFCG_INLINE __m512i refcg_rq_apply_avx512(const refcg_rqv_avx512* r, __m512i ac
     REFCG_RQ_FLOAT_AVX512(r, f, r->c.f.scale, r->c.f.izp, r->c.f.add, r->c.f.post, ps);
     v = _mm512_cvttps_epi32(f);
   }
-  return _mm512_max_epi32(_mm512_min_epi32(v, r->hi), r->lo);
+  return v;
+}
+
+/* ... and clamped. */
+REFCG_INLINE __m512i refcg_rq_apply_avx512(const refcg_rqv_avx512* r, __m512i acc) {
+  return _mm512_max_epi32(_mm512_min_epi32(refcg_rq_unclamped_avx512(r, acc), r->hi), r->lo);
 }
 
 REFCG_INLINE __m512i refcg_rq_avx512(const refcg_requant* rq, __m512i acc, int32_t c, __mmask16 mask) {
@@ -861,6 +869,27 @@ REFCG_INLINE void refcg_store16_bytes_avx512(uint8_t* out, __mmask16 mask, __m51
     _mm_storeu_si128((__m128i*)out, b);
   else
     _mm_mask_storeu_epi8(out, mask, b);
+}
+
+/* NV (1 to 4) vectors of 16 unclamped requantized values (refcg_rq_unclamped_avx512) as bytes,
+ * n of them stored (64 or more: all): the saturating packs clamp to the dtype's range, then r's
+ * range on the 64 bytes at once (the same result, the range lying inside the dtype's), one dword
+ * permute and one store, instead of a clamp, a vpmovdb and a store per vector. */
+REFCG_INLINE void refcg_store_bytes_avx512(uint8_t* out, const __m512i* v, int NV, const refcg_rqv_avx512* r,
+                                           int is_unsigned, int64_t n) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i a = _mm512_packs_epi32(v[0], NV > 1 ? v[1] : zero), b = NV > 2 ? _mm512_packs_epi32(v[2], NV > 3 ? v[3] : zero) : zero;
+  __m512i bytes = is_unsigned ? _mm512_packus_epi16(a, b) : _mm512_packs_epi16(a, b);
+  bytes = is_unsigned ? _mm512_max_epu8(_mm512_min_epu8(bytes, r->hi8), r->lo8)
+                      : _mm512_max_epi8(_mm512_min_epi8(bytes, r->hi8), r->lo8);
+  /* 128-bit lane l holds 4 values of each vector k at dword 4 l + k: back to dword 4 k + l */
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  if (n >= 16 * NV && NV == 4) {
+    _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, bytes));
+    return;
+  }
+  const __mmask64 mask = n >= 16 * NV ? (__mmask64)(~0ULL >> (64 - 16 * NV)) : (__mmask64)((1ULL << n) - 1ULL);
+  _mm512_mask_storeu_epi8(out, mask, _mm512_permutexvar_epi32(order, bytes));
 }
 
 /* Requantize and store channels [c0, c0 + nvalid) of one pixel; acc includes the correction. */
@@ -918,7 +947,7 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx
   const int32_t rows = refcg_tile_rows_at(j, i0, q, c, MR, arow, out_off);
   __m512i acc[REFCG_X512_MR][REFCG_X512_NV];
   for (int r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
+    for (int v = 0; v < NV; ++v) acc[r][v] = blk[v].corr; /* the correction added up front */
   const int64_t bstride = (int64_t)j->kp * 16;
   const int8_t* wp = j->w + nb * bstride;
   for (int32_t s = 0; s < j->nseg; ++s) {
@@ -932,10 +961,19 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx
       }
     }
   }
+  if (j->epi.rq_vector && j->epi.o_c == 1 && j->epi.out_dtype != REFCG_S32) { /* a row's NV blocks: one store */
+    const int64_t n = j->n - blk[0].c0;
+    for (int r = 0; r < rows; ++r) {
+      __m512i v[4];
+      for (int b = 0; b < NV; ++b) v[b] = refcg_rq_unclamped_avx512(&blk[b].r, acc[r][b]);
+      refcg_store_bytes_avx512((uint8_t*)j->epi.out + out_off[r] + blk[0].c0, v, NV, &blk[0].r,
+                               j->epi.out_dtype == REFCG_U8, n);
+    }
+    return;
+  }
   for (int v = 0; v < NV; ++v)
     for (int r = 0; r < rows; ++r)
-      refcg_epi_vec_avx512(&j->epi, &blk[v].r, _mm512_add_epi32(acc[r][v], blk[v].corr), blk[v].c0, blk[v].nvalid,
-                           out_off[r]);
+      refcg_epi_vec_avx512(&j->epi, &blk[v].r, acc[r][v], blk[v].c0, blk[v].nvalid, out_off[r]);
 }
 
 /* Tiles: (row block of 6) x (group of up to 4 channel blocks), row blocks fastest: a group's
@@ -1058,19 +1096,6 @@ REFCG_INLINE void refcg_dwp_store_avx512(const refcg_epi* e, const refcg_rqv_avx
     refcg_store16_bytes_avx512((uint8_t*)e->out + off, mask, v);
 }
 
-/* The low bytes of NV (1 to 4) vectors of 16 requantized values (in the output dtype's range, so
- * the saturating packs change nothing), n of them stored (64 or more: all): two packs and one dword
- * permute for up to 64 bytes, instead of a vpmovdb store per vector. */
-REFCG_INLINE void refcg_store_bytes_avx512(uint8_t* out, const __m512i* v, int NV, int is_unsigned, int64_t n) {
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i a = _mm512_packs_epi32(v[0], NV > 1 ? v[1] : zero), b = NV > 2 ? _mm512_packs_epi32(v[2], NV > 3 ? v[3] : zero) : zero;
-  const __m512i bytes = is_unsigned ? _mm512_packus_epi16(a, b) : _mm512_packs_epi16(a, b);
-  /* 128-bit lane l holds 4 values of each vector k at dword 4 l + k: back to dword 4 k + l */
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __mmask64 mask = n >= 16 * NV ? (__mmask64)(~0ULL >> (64 - 16 * NV)) : (__mmask64)((1ULL << n) - 1ULL);
-  _mm512_mask_storeu_epi8(out, mask, _mm512_permutexvar_epi32(order, bytes));
-}
-
 /* Expand a padded row: per group and 16 pixels one 64-byte load, vpermd (lane k: bytes from
  * 4 * k * sw) and vpshufb (the Q taps of each pixel into its 32-bit lane). */
 REFCG_INLINE void refcg_dwp_expand_avx512(const refcg_dwp_job* j, const uint8_t* row, int32_t* e) {
@@ -1101,8 +1126,8 @@ REFCG_INLINE void refcg_dwp_nb_avx512(const refcg_dwp_strip* s, const refcg_dwpk
       for (int b = 0; b < NB; ++b) acc[b] = _mm512_dpbusd_epi32(acc[b], _mm512_load_si512(e + i * owp + 16 * b), w);
     }
   if (s->epi.rq_vector && s->epi.out_dtype != REFCG_S32) { /* the NB * 16 pixels as one store */
-    for (int b = 0; b < NB; ++b) acc[b] = refcg_rq_apply_avx512(&k->r, acc[b]);
-    refcg_store_bytes_avx512((uint8_t*)s->epi.out + off, acc, NB, s->epi.out_dtype == REFCG_U8, n);
+    for (int b = 0; b < NB; ++b) acc[b] = refcg_rq_unclamped_avx512(&k->r, acc[b]);
+    refcg_store_bytes_avx512((uint8_t*)s->epi.out + off, acc, NB, &k->r, s->epi.out_dtype == REFCG_U8, n);
     return;
   }
   for (int b = 0; b < NB; ++b) refcg_dwp_store_avx512(&s->epi, &k->r, acc[b], s->oc, off + 16 * b, n - 16 * b < 16 ? n - 16 * b : 16);
@@ -1165,8 +1190,8 @@ REFCG_INLINE void refcg_gemmp_tile_avx512(const refcg_gemmp_job* j, int32_t oc0,
     const __m512i corr = _mm512_set1_epi32(j->epi.corr[oc]);
     if (bytes) { /* the row's NV * 16 pixels as one store */
       __m512i v[4];
-      for (int b = 0; b < NV; ++b) v[b] = refcg_rq_apply_avx512(&rv, _mm512_add_epi32(acc[r][b], corr));
-      refcg_store_bytes_avx512((uint8_t*)j->epi.out + oc * j->epi.o_c + p0, v, NV, j->epi.out_dtype == REFCG_U8,
+      for (int b = 0; b < NV; ++b) v[b] = refcg_rq_unclamped_avx512(&rv, _mm512_add_epi32(acc[r][b], corr));
+      refcg_store_bytes_avx512((uint8_t*)j->epi.out + oc * j->epi.o_c + p0, v, NV, &rv, j->epi.out_dtype == REFCG_U8,
                                j->hw - p0);
       continue;
     }
