@@ -976,46 +976,48 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx
       refcg_epi_vec_avx512(&j->epi, &blk[v].r, acc[r][v], blk[v].c0, blk[v].nvalid, out_off[r]);
 }
 
-/* Tiles: (row block of 6) x (group of up to 4 channel blocks), row blocks fastest: a group's
- * weights (K x 64 bytes) stay in L1/L2 while the rows stream by (dense 64x512x512: 1.2x faster
- * than channel groups fastest, which re-read all weights from L2 for every row block). */
+/* Tiles: (row block of 6) x (group of up to 4 channel blocks), row blocks fastest within a
+ * thread's rows: a group's weights (K x 64 bytes) stay in L1/L2 while the rows stream by (dense
+ * 64x512x512: 1.2x faster than channel groups fastest, which re-read all weights from L2 for
+ * every row block). */
 static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
   const int32_t nblocks = (j->n + 15) / 16;
-  const int64_t nrb = (j->m + REFCG_X512_MR - 1) / REFCG_X512_MR;
-  /* the requantize constants of a channel group, prepared when the group changes: once per group
-   * and thread, not per tile (a 6-row tile of a K = 16 conv spent a fifth of its time on them) */
-  refcg_blk_avx512 blk[REFCG_X512_NV];
-  int32_t loaded = -1;
-  /* tile t: row block rb = t % nrb, channel group g = t / nrb, and the output row q and column c
-   * of its first row, all stepped instead of divided per tile */
-  int64_t rb = t0 % nrb, g = t0 / nrb;
-  int32_t q = (int32_t)(rb * REFCG_X512_MR / j->cols), c = (int32_t)(rb * REFCG_X512_MR - (int64_t)q * j->cols);
-  for (int64_t t = t0; t < t1; ++t) {
-    const int32_t i0 = (int32_t)rb * REFCG_X512_MR, nb = (int32_t)g * REFCG_X512_NV;
+  const int64_t ng = (nblocks + REFCG_X512_NV - 1) / REFCG_X512_NV;
+  /* tile t = rb * ng + g: a thread's range holds whole row blocks (but at its ends), so threads
+   * write disjoint output rows; within it channel groups go outermost and row blocks fastest, so
+   * a group's weights stay in L1/L2 while the rows stream by (row blocks fastest over the whole
+   * index space gave each thread a channel group of the same rows: their stores shared cache
+   * lines, and 2 threads ran a K = 16 conv slower than 1) */
+  const int64_t rb_lo = t0 / ng, rb_hi = (t1 - 1) / ng;
+  for (int64_t g = 0; g < ng; ++g) {
+    const int32_t nb = (int32_t)g * REFCG_X512_NV;
     const int32_t nv = nblocks - nb < REFCG_X512_NV ? nblocks - nb : REFCG_X512_NV;
-    if (nb != loaded) {
-      for (int32_t v = 0; v < nv; ++v) blk[v] = refcg_blk_load_avx512(j, nb + v);
-      loaded = nb;
-    }
-    /* a tail group of 2-3 channel blocks in one tile: 12-18 independent accumulators instead of
-     * 6 per block, which vpdpbusd's latency would leave half idle (MobileNet's 24/96/160 channels) */
-    if (j->m - i0 == 1) {
-      for (int32_t v = 0; v < nv; ++v) refcg_tile_avx512(j, blk + v, i0, q, c, nb + v, 1, 1);
-    } else if (nv == REFCG_X512_NV) {
-      refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, REFCG_X512_NV);
-    } else if (nv == 3) {
-      refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 3);
-    } else if (nv == 2) {
-      refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 2);
-    } else {
-      refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 1);
-    }
-    if (++rb == nrb) {
-      rb = 0;
-      ++g;
-      q = c = 0;
-    } else {
+    /* the group's requantize constants once per group and thread, not per tile (a 6-row tile of
+     * a K = 16 conv spent a fifth of its time on them) */
+    refcg_blk_avx512 blk[REFCG_X512_NV];
+    for (int32_t v = 0; v < nv; ++v) blk[v] = refcg_blk_load_avx512(j, nb + v);
+    /* output row q and column c of the tile's first row, stepped instead of divided per tile */
+    int32_t q = (int32_t)(rb_lo * REFCG_X512_MR / j->cols), c = (int32_t)(rb_lo * REFCG_X512_MR - (int64_t)q * j->cols);
+    for (int64_t rb = rb_lo; rb <= rb_hi; ++rb) {
+      const int64_t t = rb * ng + g;
+      const int32_t i0 = (int32_t)rb * REFCG_X512_MR;
+      if (t >= t0 && t < t1) {
+        /* a tail group of 2-3 channel blocks in one tile: 12-18 independent accumulators instead
+         * of 6 per block, which vpdpbusd's latency would leave half idle (MobileNet's 24/96/160
+         * channels) */
+        if (j->m - i0 == 1) {
+          for (int32_t v = 0; v < nv; ++v) refcg_tile_avx512(j, blk + v, i0, q, c, nb + v, 1, 1);
+        } else if (nv == REFCG_X512_NV) {
+          refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, REFCG_X512_NV);
+        } else if (nv == 3) {
+          refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 3);
+        } else if (nv == 2) {
+          refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 2);
+        } else {
+          refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 1);
+        }
+      }
       for (c += REFCG_X512_MR; c >= j->cols; c -= j->cols) ++q;
     }
   }
