@@ -411,18 +411,21 @@ REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2
  * their accumulators in between). Ranges of up to 4 rows use refcg_tile_avx2. */
 static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
-  const int64_t nrp = (j->m + REFCG_AVX2_TABLE_MR - 1) / REFCG_AVX2_TABLE_MR;
+  const int32_t nblocks = (j->n + 15) / 16;
   const int64_t nk = (int64_t)j->nseg * j->seg_len / 4;
   const int64_t nchunks = nk > REFCG_AVX2_WC ? (nk + REFCG_AVX2_WC - 1) / REFCG_AVX2_WC : 1;
   const int64_t csz = (nk + nchunks - 1) / nchunks; /* chunks of equal size */
   int16_t ww[REFCG_AVX2_WC * 64] __attribute__((aligned(32)));
   int32_t saved[REFCG_AVX2_RG * 32];
-  for (int64_t t = t0; t < t1;) {
-    const int32_t nb = (int32_t)(t / nrp);
-    const int64_t rp0 = t % nrp, rp1 = rp0 + (t1 - t) < nrp ? rp0 + (t1 - t) : nrp;
+  /* tile t = rp * nblocks + nb (row pair rp): a thread's range holds whole row pairs (but at its
+   * ends), so threads write disjoint output rows (as refcg_tiles_avx512vnni); per channel block
+   * its row pairs in the range, [rp0, rp1) */
+  const int64_t rp_lo = t0 / nblocks, rp_hi = (t1 - 1) / nblocks;
+  for (int32_t nb = 0; nb < nblocks; ++nb) {
+    const int64_t rp0 = rp_lo + (rp_lo * nblocks + nb < t0), rp1 = rp_hi + (rp_hi * nblocks + nb < t1);
+    if (rp0 >= rp1) continue;
     const int32_t r0 = (int32_t)rp0 * REFCG_AVX2_TABLE_MR;
     const int32_t r1 = rp1 * REFCG_AVX2_TABLE_MR < j->m ? (int32_t)rp1 * REFCG_AVX2_TABLE_MR : j->m;
-    t += rp1 - rp0;
     refcg_blk_avx2 b;
     refcg_blk_init_avx2(j, nb, &b);
     if (j->pair_safe && j->pair_safe[nb]) {
