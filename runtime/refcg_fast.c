@@ -124,6 +124,27 @@ REFCG_INLINE void refcg_transpose8x8(const uint8_t* src, int64_t cs, uint8_t* ds
 #endif
 }
 
+/* n pixels of 4 channel planes interleaved byte by byte into dst (4 bytes a pixel): planes
+ * src[r] for r < real, XOR flip; the others read as 0. */
+static void refcg_interleave4(const uint8_t* const* src, int real, uint8_t flip, uint8_t* dst, int64_t n) {
+  int64_t p = 0;
+#if defined(__SSE2__)
+  const __m128i f = _mm_set1_epi8((char)flip), zero = _mm_setzero_si128();
+  for (; p + 16 <= n; p += 16) {
+    __m128i v[4];
+    for (int r = 0; r < 4; ++r) v[r] = r < real ? _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src[r] + p)), f) : zero;
+    const __m128i ab0 = _mm_unpacklo_epi8(v[0], v[1]), ab1 = _mm_unpackhi_epi8(v[0], v[1]);
+    const __m128i cd0 = _mm_unpacklo_epi8(v[2], v[3]), cd1 = _mm_unpackhi_epi8(v[2], v[3]);
+    _mm_storeu_si128((__m128i*)(dst + 4 * p), _mm_unpacklo_epi16(ab0, cd0));
+    _mm_storeu_si128((__m128i*)(dst + 4 * p + 16), _mm_unpackhi_epi16(ab0, cd0));
+    _mm_storeu_si128((__m128i*)(dst + 4 * p + 32), _mm_unpacklo_epi16(ab1, cd1));
+    _mm_storeu_si128((__m128i*)(dst + 4 * p + 48), _mm_unpackhi_epi16(ab1, cd1));
+  }
+#endif
+  for (; p < n; ++p)
+    for (int r = 0; r < 4; ++r) dst[4 * p + r] = r < real ? (uint8_t)(src[r][p] ^ flip) : 0;
+}
+
 typedef struct {
   const refcg_conv2d_params* p;
   const void* input;      /* one batch */
@@ -143,18 +164,29 @@ static void refcg_pad_rows(const void* ctx, int64_t r0, int64_t r1) {
   const int64_t cp = j->cp, cin = j->cin, in_w = p->in_w, s2 = p->in_stride[2], s3 = p->in_stride[3];
   const int32_t wp = j->wp, pad_left = p->pad_left;
   const uint8_t flip = j->flip, pad = j->pad;
+  /* NCHW into 4 channels a pixel (a first conv's 3): whole pixels written by refcg_interleave4 */
+  const int planes4 = s3 != 1 && cp == 4 && s2 == 1;
   for (int64_t r = r0; r < r1; ++r) {
     uint8_t* row = j->a + r * wp * cp;
     const int64_t ih = r - p->pad_top;
     const int inside = ih >= 0 && ih < p->in_h;
-    for (int32_t x = 0; x < wp; ++x) {
+    for (int32_t x = 0; x < wp; ++x) { /* border pixels: izp, channels beyond cin 0 */
+      if (inside && x == pad_left) x += (int32_t)in_w;
+      if (x >= wp) break;
       uint8_t* px = row + (int64_t)x * cp;
-      if (!inside || x < pad_left || x >= pad_left + in_w) memset(px, pad, cin);
+      memset(px, pad, cin);
       if (cp > cin) memset(px + cin, 0, cp - cin);
     }
     if (!inside) continue;
     const uint8_t* src = in + ih * p->in_stride[1];
     uint8_t* dst = row + (int64_t)pad_left * cp;
+    if (planes4) {
+      const uint8_t* planes[4];
+      for (int c = 0; c < 4; ++c) planes[c] = src + (c < cin ? c : 0) * s3; /* past cin: not read */
+      refcg_interleave4(planes, (int)cin, flip, dst, in_w);
+      continue;
+    }
+    if (cp > cin) memset(dst, 0, in_w * cp); /* the copies below write the cin channels only */
     if (s3 == 1 && (s2 == cp || in_w == 1)) { /* NHWC, no channel padding (or one pixel): one run */
       const int64_t n = in_w == 1 ? cin : in_w * cp;
       for (int64_t i = 0; i < n; ++i) dst[i] = (uint8_t)(src[i] ^ flip);
@@ -223,36 +255,11 @@ typedef struct {
 
 static void refcg_interleave_rows(const void* ctx, int64_t q0, int64_t q1) {
   const refcg_interleave_job* j = (const refcg_interleave_job*)ctx;
-  static const uint8_t zeros[16] = {0};
   for (int64_t q = q0; q < q1; ++q) {
+    const int64_t c0 = 4 * q, real = j->cin - c0 < 4 ? j->cin - c0 : 4;
     const uint8_t* src[4];
-    uint8_t flip[4];
-    for (int r = 0; r < 4; ++r) {
-      const int64_t c = 4 * q + r;
-      src[r] = c < j->cin ? j->x + c * j->hw : zeros;
-      flip[r] = c < j->cin ? j->flip : 0;
-    }
-    uint8_t* dst = j->xi + q * j->hw * 4;
-    int64_t p = 0;
-#if defined(__SSE2__)
-    if (4 * q + 3 < j->cin) { /* all 4 channels real: the vector loop */
-      const __m128i f = _mm_set1_epi8((char)j->flip);
-      for (; p + 16 <= j->hw; p += 16) {
-        const __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src[0] + p)), f);
-        const __m128i b = _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src[1] + p)), f);
-        const __m128i c = _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src[2] + p)), f);
-        const __m128i d = _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src[3] + p)), f);
-        const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
-        const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
-        _mm_storeu_si128((__m128i*)(dst + 4 * p), _mm_unpacklo_epi16(ab0, cd0));
-        _mm_storeu_si128((__m128i*)(dst + 4 * p + 16), _mm_unpackhi_epi16(ab0, cd0));
-        _mm_storeu_si128((__m128i*)(dst + 4 * p + 32), _mm_unpacklo_epi16(ab1, cd1));
-        _mm_storeu_si128((__m128i*)(dst + 4 * p + 48), _mm_unpackhi_epi16(ab1, cd1));
-      }
-    }
-#endif
-    for (; p < j->hw; ++p)
-      for (int r = 0; r < 4; ++r) dst[4 * p + r] = (uint8_t)(src[r][src[r] == zeros ? 0 : p] ^ flip[r]);
+    for (int r = 0; r < 4; ++r) src[r] = j->x + (c0 + (r < real ? r : 0)) * j->hw; /* past cin: not read */
+    refcg_interleave4(src, (int)real, j->flip, j->xi + q * j->hw * 4, j->hw);
   }
 }
 

@@ -22,7 +22,8 @@ REFCG_INLINE int8x16_t refcg_dup4_neon(const uint8_t* p) {
 REFCG_INLINE void refcg_tile_neon(const refcg_gemm_job* j, int32_t i0, int32_t nb,
                                                                    const int MR) {
   const uint8_t* arow[2];
-  const int32_t rows = refcg_tile_rows(j, i0, MR, arow);
+  int64_t out_off[2];
+  const int32_t rows = refcg_tile_rows(j, i0, MR, arow, out_off);
   int32x4_t acc[2][8];
   for (int r = 0; r < MR; ++r)
     for (int g = 0; g < 8; ++g) acc[r][g] = vdupq_n_s32(0);
@@ -45,7 +46,7 @@ REFCG_INLINE void refcg_tile_neon(const refcg_gemm_job* j, int32_t i0, int32_t n
   for (int r = 0; r < rows; ++r) {
     int32_t t[16];
     for (int g = 0; g < 4; ++g) vst1q_s32(t + 4 * g, vpaddq_s32(acc[r][2 * g], acc[r][2 * g + 1]));
-    refcg_epi_scalar(&j->epi, t, c0, nvalid, refcg_job_out(j, i0 + r));
+    refcg_epi_scalar(&j->epi, t, c0, nvalid, out_off[r]);
   }
 }
 
@@ -144,7 +145,8 @@ static void refcg_pool_neon(const void* ctx, int64_t q0, int64_t q1) {
 REFCG_INLINE void refcg_tile_dotprod(const refcg_gemm_job* j, int32_t i0, int32_t nb,
                                                                       const int MR) {
   const uint8_t* arow[4];
-  const int32_t rows = refcg_tile_rows(j, i0, MR, arow);
+  int64_t out_off[4];
+  const int32_t rows = refcg_tile_rows(j, i0, MR, arow, out_off);
   int32x4_t acc[4][4];
   for (int r = 0; r < MR; ++r)
     for (int g = 0; g < 4; ++g) acc[r][g] = vdupq_n_s32(0);
@@ -164,7 +166,7 @@ REFCG_INLINE void refcg_tile_dotprod(const refcg_gemm_job* j, int32_t i0, int32_
   for (int r = 0; r < rows; ++r) {
     int32_t t[16];
     for (int g = 0; g < 4; ++g) vst1q_s32(t + 4 * g, acc[r][g]);
-    refcg_epi_scalar(&j->epi, t, c0, nvalid, refcg_job_out(j, i0 + r));
+    refcg_epi_scalar(&j->epi, t, c0, nvalid, out_off[r]);
   }
 }
 

@@ -72,12 +72,44 @@ REFCG_INLINE const uint8_t* refcg_job_row(const refcg_gemm_job* j, int32_t i) {
   return j->a + (int64_t)(i / j->cols) * j->a_row_h + (int64_t)(i % j->cols) * j->a_row_w;
 }
 
-/* Row pointers of the tile starting at row i0; rows past the end repeat the last row (their
- * results are discarded), so the micro-kernels always run MR rows. Returns the valid rows. */
-REFCG_INLINE int32_t refcg_tile_rows(const refcg_gemm_job* j, int32_t i0, int MR, const uint8_t** arow) {
+/* Input row pointers and output offsets of n rows from the one at output row q, column c. */
+REFCG_INLINE void refcg_job_rows_at(const refcg_gemm_job* j, int32_t q, int32_t c, int n, const uint8_t** arow,
+                                    int64_t* out_off) {
+  for (int r = 0; r < n; ++r) {
+    arow[r] = j->a + (int64_t)q * j->a_row_h + (int64_t)c * j->a_row_w;
+    out_off[r] = (int64_t)q * j->o_row_h + (int64_t)c * j->o_row_w;
+    if (++c == j->cols) {
+      c = 0;
+      ++q;
+    }
+  }
+}
+
+/* Rows [i0, i0 + n) with one division (a division per row and channel block in the epilogue was
+ * the largest cost of 1x1 convs with small K). */
+REFCG_INLINE void refcg_job_rows(const refcg_gemm_job* j, int32_t i0, int n, const uint8_t** arow, int64_t* out_off) {
+  const int32_t q = i0 / j->cols;
+  refcg_job_rows_at(j, q, i0 - q * j->cols, n, arow, out_off);
+}
+
+/* refcg_job_rows_at of the tile starting at row i0 (output row q, column c); rows past the end
+ * repeat the last row (their results are discarded), so the micro-kernels always run MR rows.
+ * Returns the valid rows. */
+REFCG_INLINE int32_t refcg_tile_rows_at(const refcg_gemm_job* j, int32_t i0, int32_t q, int32_t c, int MR,
+                                        const uint8_t** arow, int64_t* out_off) {
   const int32_t rows = j->m - i0 < MR ? j->m - i0 : MR;
-  for (int r = 0; r < MR; ++r) arow[r] = refcg_job_row(j, i0 + (r < rows ? r : rows - 1));
+  refcg_job_rows_at(j, q, c, rows, arow, out_off);
+  for (int r = rows; r < MR; ++r) {
+    arow[r] = arow[rows - 1];
+    out_off[r] = out_off[rows - 1];
+  }
   return rows;
+}
+
+REFCG_INLINE int32_t refcg_tile_rows(const refcg_gemm_job* j, int32_t i0, int MR, const uint8_t** arow,
+                                     int64_t* out_off) {
+  const int32_t q = i0 / j->cols;
+  return refcg_tile_rows_at(j, i0, q, i0 - q * j->cols, MR, arow, out_off);
 }
 
 /* The tile loop of a variant with MR-row x 16-channel tiles: tile t is row block t / nblocks,

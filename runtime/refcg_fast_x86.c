@@ -230,19 +230,6 @@ REFCG_INLINE __m256i refcg_hsum_pairs_avx2(__m256i g0, __m256i g1) {
   return _mm256_permute4x64_epi64(_mm256_hadd_epi32(g0, g1), 0xD8);
 }
 
-/* Input row pointers and output offsets of rows [i0, i0 + n), with one division. */
-REFCG_INLINE void refcg_rows_avx2(const refcg_gemm_job* j, int32_t i0, int n, const uint8_t** arow, int64_t* out_off) {
-  int32_t q = i0 / j->cols, c = i0 - q * j->cols;
-  for (int r = 0; r < n; ++r) {
-    arow[r] = j->a + (int64_t)q * j->a_row_h + (int64_t)c * j->a_row_w;
-    out_off[r] = (int64_t)q * j->o_row_h + (int64_t)c * j->o_row_w;
-    if (++c == j->cols) {
-      c = 0;
-      ++q;
-    }
-  }
-}
-
 /* The epilogue of 16-channel block nb, prepared once per block and row range (not per tile):
  * requantize constants and corrections of channels 0-7 and 8-15, and a local copy of rq (the byte
  * stores may alias it). vec == 0: the per-row epilogue (a scalar mode, or strided channels). */
@@ -317,7 +304,7 @@ REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, const refcg_blk_avx2*
                                                                    const int MR) {
   const uint8_t* arow[2];
   int64_t out_off[2];
-  refcg_rows_avx2(j, i0, MR, arow, out_off);
+  refcg_job_rows(j, i0, MR, arow, out_off);
   __m256i acc[2][4];
   for (int r = 0; r < MR; ++r)
     for (int g = 0; g < 4; ++g) acc[r][g] = _mm256_setzero_si256();
@@ -344,7 +331,7 @@ REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2
                                    const int MR) {
   const uint8_t* arow[REFCG_AVX2B_MR];
   int64_t out_off[REFCG_AVX2B_MR];
-  refcg_rows_avx2(j, i0, MR, arow, out_off);
+  refcg_job_rows(j, i0, MR, arow, out_off);
   __m256i acc[REFCG_AVX2_MR_MAX][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -390,7 +377,7 @@ REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2
                                    int64_t q0, int64_t q1, int64_t nk, int32_t* saved, const int MR) {
   const uint8_t* arow[REFCG_AVX2_MR];
   int64_t out_off[REFCG_AVX2_MR];
-  refcg_rows_avx2(j, i0, MR, arow, out_off);
+  refcg_job_rows(j, i0, MR, arow, out_off);
   __m256i acc[REFCG_AVX2_MR][4];
   for (int r = 0; r < MR; ++r)
     for (int g = 0; g < 4; ++g)
@@ -424,18 +411,21 @@ REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2
  * their accumulators in between). Ranges of up to 4 rows use refcg_tile_avx2. */
 static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
-  const int64_t nrp = (j->m + REFCG_AVX2_TABLE_MR - 1) / REFCG_AVX2_TABLE_MR;
+  const int32_t nblocks = (j->n + 15) / 16;
   const int64_t nk = (int64_t)j->nseg * j->seg_len / 4;
   const int64_t nchunks = nk > REFCG_AVX2_WC ? (nk + REFCG_AVX2_WC - 1) / REFCG_AVX2_WC : 1;
   const int64_t csz = (nk + nchunks - 1) / nchunks; /* chunks of equal size */
   int16_t ww[REFCG_AVX2_WC * 64] __attribute__((aligned(32)));
   int32_t saved[REFCG_AVX2_RG * 32];
-  for (int64_t t = t0; t < t1;) {
-    const int32_t nb = (int32_t)(t / nrp);
-    const int64_t rp0 = t % nrp, rp1 = rp0 + (t1 - t) < nrp ? rp0 + (t1 - t) : nrp;
+  /* tile t = rp * nblocks + nb (row pair rp): a thread's range holds whole row pairs (but at its
+   * ends), so threads write disjoint output rows (as refcg_tiles_avx512vnni); per channel block
+   * its row pairs in the range, [rp0, rp1) */
+  const int64_t rp_lo = t0 / nblocks, rp_hi = (t1 - 1) / nblocks;
+  for (int32_t nb = 0; nb < nblocks; ++nb) {
+    const int64_t rp0 = rp_lo + (rp_lo * nblocks + nb < t0), rp1 = rp_hi + (rp_hi * nblocks + nb < t1);
+    if (rp0 >= rp1) continue;
     const int32_t r0 = (int32_t)rp0 * REFCG_AVX2_TABLE_MR;
     const int32_t r1 = rp1 * REFCG_AVX2_TABLE_MR < j->m ? (int32_t)rp1 * REFCG_AVX2_TABLE_MR : j->m;
-    t += rp1 - rp0;
     refcg_blk_avx2 b;
     refcg_blk_init_avx2(j, nb, &b);
     if (j->pair_safe && j->pair_safe[nb]) {
@@ -637,7 +627,8 @@ static void refcg_bin_avx2(const void* ctx, int64_t r0, int64_t r1) {
 REFCG_INLINE void refcg_tile_avxvnni(const refcg_gemm_job* j, int32_t i0, int32_t nb,
                                                                       const int MR) {
   const uint8_t* arow[6];
-  const int32_t rows = refcg_tile_rows(j, i0, MR, arow);
+  int64_t out_off[6];
+  const int32_t rows = refcg_tile_rows(j, i0, MR, arow, out_off);
   __m256i acc[6][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
   const int8_t* wp = j->w + (int64_t)nb * j->kp * 16;
@@ -657,7 +648,7 @@ REFCG_INLINE void refcg_tile_avxvnni(const refcg_gemm_job* j, int32_t i0, int32_
     int32_t t[16];
     _mm256_storeu_si256((__m256i*)t, acc[r][0]);
     _mm256_storeu_si256((__m256i*)(t + 8), acc[r][1]);
-    refcg_epi_avx2(&j->epi, t, c0, nvalid, refcg_job_out(j, i0 + r));
+    refcg_epi_avx2(&j->epi, t, c0, nvalid, out_off[r]);
   }
 }
 
@@ -708,6 +699,7 @@ typedef struct {
   int32_t mode, identity, fused, round_emulated, has_post;
   int32_t general; /* int64: TONEAREST, or some lane shifts left first (l1 nonzero) */
   __m512i izp, ozp, lo, hi;
+  __m512i lo8, hi8; /* the clamp range as bytes (8-bit outputs, clamped after the saturating packs) */
   union {
     struct {
       __m512i m_e, m_o, k_e, k_o, r, l1, l2;
@@ -737,6 +729,8 @@ REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load_avx512(const refcg_requant* rq, int
   r.ozp = _mm512_set1_epi32(rq->output_zp);
   r.lo = _mm512_set1_epi32(rq->out_min);
   r.hi = _mm512_set1_epi32(rq->out_max);
+  r.lo8 = _mm512_set1_epi8((char)rq->out_min);
+  r.hi8 = _mm512_set1_epi8((char)rq->out_max);
   r.c.q.m_e = r.c.q.m_o = r.c.q.k_e = r.c.q.k_o = r.c.q.r = r.c.q.l1 = r.c.q.l2 = zero; /* registers, not a memset */
   c = rq->per_channel ? c : 0;
   lanes = lanes && rq->per_channel;
@@ -823,8 +817,8 @@ REFCG_INLINE __m512i refcg_fpm_half_avx512(__m512i p, __m512i l1, __m512i k, __m
     }                                                                                                  \
   } while (0)
 
-/* Requantize 16 lanes into clamped int32 (refcg_requantize_one of the vector modes). */
-REFCG_INLINE __m512i refcg_rq_apply_avx512(const refcg_rqv_avx512* r, __m512i acc) {
+/* Requantize 16 lanes into int32 before the clamp (refcg_requantize_one of the vector modes). */
+REFCG_INLINE __m512i refcg_rq_unclamped_avx512(const refcg_rqv_avx512* r, __m512i acc) {
   __m512i v;
   if (r->mode == REFCG_RQ_INT64_UPWARD || r->mode == REFCG_RQ_INT64_TONEAREST) {
     v = _mm512_sub_epi32(acc, r->izp);
@@ -854,12 +848,51 @@ REFCG_INLINE __m512i refcg_rq_apply_avx512(const refcg_rqv_avx512* r, __m512i ac
     REFCG_RQ_FLOAT_AVX512(r, f, r->c.f.scale, r->c.f.izp, r->c.f.add, r->c.f.post, ps);
     v = _mm512_cvttps_epi32(f);
   }
-  return _mm512_max_epi32(_mm512_min_epi32(v, r->hi), r->lo);
+  return v;
+}
+
+/* ... and clamped. */
+REFCG_INLINE __m512i refcg_rq_apply_avx512(const refcg_rqv_avx512* r, __m512i acc) {
+  return _mm512_max_epi32(_mm512_min_epi32(refcg_rq_unclamped_avx512(r, acc), r->hi), r->lo);
 }
 
 REFCG_INLINE __m512i refcg_rq_avx512(const refcg_requant* rq, __m512i acc, int32_t c, __mmask16 mask) {
   const refcg_rqv_avx512 r = refcg_rqv_load_avx512(rq, c, mask, 1);
   return refcg_rq_apply_avx512(&r, acc);
+}
+
+/* The low bytes of 16 int32 lanes (in range: the truncation is the value), lanes in mask stored:
+ * vpmovdb into a register, then a plain store (all 16) or a masked one. vpmovdb with a memory
+ * operand is slow on Zen 4 (12% of a 1x1 conv with K = 16 in perf), a masked store is slower than
+ * a plain one; the empty asm keeps GCC from folding the two back into vpmovdb to memory. */
+REFCG_INLINE void refcg_store16_bytes_avx512(uint8_t* out, __mmask16 mask, __m512i v) {
+  __m128i b = _mm512_cvtepi32_epi8(v);
+  __asm__("" : "+v"(b));
+  if (mask == 0xFFFF)
+    _mm_storeu_si128((__m128i*)out, b);
+  else
+    _mm_mask_storeu_epi8(out, mask, b);
+}
+
+/* NV (1 to 4) vectors of 16 unclamped requantized values (refcg_rq_unclamped_avx512) as bytes,
+ * n of them stored (64 or more: all): the saturating packs clamp to the dtype's range, then r's
+ * range on the 64 bytes at once (the same result, the range lying inside the dtype's), one dword
+ * permute and one store, instead of a clamp, a vpmovdb and a store per vector. */
+REFCG_INLINE void refcg_store_bytes_avx512(uint8_t* out, const __m512i* v, int NV, const refcg_rqv_avx512* r,
+                                           int is_unsigned, int64_t n) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i a = _mm512_packs_epi32(v[0], NV > 1 ? v[1] : zero), b = NV > 2 ? _mm512_packs_epi32(v[2], NV > 3 ? v[3] : zero) : zero;
+  __m512i bytes = is_unsigned ? _mm512_packus_epi16(a, b) : _mm512_packs_epi16(a, b);
+  bytes = is_unsigned ? _mm512_max_epu8(_mm512_min_epu8(bytes, r->hi8), r->lo8)
+                      : _mm512_max_epi8(_mm512_min_epi8(bytes, r->hi8), r->lo8);
+  /* 128-bit lane l holds 4 values of each vector k at dword 4 l + k: back to dword 4 k + l */
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  if (n >= 16 * NV && NV == 4) {
+    _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, bytes));
+    return;
+  }
+  const __mmask64 mask = n >= 16 * NV ? (__mmask64)(~0ULL >> (64 - 16 * NV)) : (__mmask64)((1ULL << n) - 1ULL);
+  _mm512_mask_storeu_epi8(out, mask, _mm512_permutexvar_epi32(order, bytes));
 }
 
 /* Requantize and store channels [c0, c0 + nvalid) of one pixel; acc includes the correction. */
@@ -875,7 +908,7 @@ REFCG_INLINE void refcg_epi_vec_avx512(const refcg_epi* e, const refcg_rqv_avx51
   }
   const __m512i v = refcg_rq_apply_avx512(r, acc);
   if (e->o_c == 1 && e->out_dtype != REFCG_S32) {
-    _mm512_mask_cvtepi32_storeu_epi8((uint8_t*)e->out + off + c0, mask, v); /* values are in range */
+    refcg_store16_bytes_avx512((uint8_t*)e->out + off + c0, mask, v);
   } else if (e->o_c == 1) {
     _mm512_mask_storeu_epi32((int32_t*)e->out + off + c0, mask, v);
   } else {
@@ -891,14 +924,33 @@ REFCG_INLINE void refcg_epi_avx512(const refcg_epi* e, const int32_t* acc, int32
                        nvalid, off);
 }
 
-/* MR rows x NV blocks of 16 channels starting at block nb. */
-REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, int32_t i0, int32_t nb,
-                                                                     const int MR, const int NV) {
+/* The epilogue constants of one block of 16 channels. */
+typedef struct {
+  refcg_rqv_avx512 r;
+  __m512i corr;
+  int32_t c0, nvalid;
+} refcg_blk_avx512;
+
+REFCG_INLINE refcg_blk_avx512 refcg_blk_load_avx512(const refcg_gemm_job* j, int32_t b) {
+  refcg_blk_avx512 k;
+  k.c0 = b * 16;
+  k.nvalid = j->n - k.c0 < 16 ? j->n - k.c0 : 16;
+  const __mmask16 mask = (__mmask16)((1u << k.nvalid) - 1u);
+  k.r = refcg_rqv_load_avx512(j->epi.rq, k.c0, mask, 1);
+  k.corr = _mm512_maskz_loadu_epi32(mask, j->epi.corr + k.c0);
+  return k;
+}
+
+/* MR rows from row i0 (output row q, column c) x NV blocks of 16 channels starting at block nb,
+ * whose epilogue constants are blk. */
+REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk, int32_t i0, int32_t q,
+                                    int32_t c, int32_t nb, const int MR, const int NV) {
   const uint8_t* arow[REFCG_X512_MR];
-  const int32_t rows = refcg_tile_rows(j, i0, MR, arow);
+  int64_t out_off[REFCG_X512_MR];
+  const int32_t rows = refcg_tile_rows_at(j, i0, q, c, MR, arow, out_off);
   __m512i acc[REFCG_X512_MR][REFCG_X512_NV];
   for (int r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
+    for (int v = 0; v < NV; ++v) acc[r][v] = blk[v].corr; /* the correction added up front */
   const int64_t bstride = (int64_t)j->kp * 16;
   const int8_t* wp = j->w + nb * bstride;
   for (int32_t s = 0; s < j->nseg; ++s) {
@@ -912,39 +964,64 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, int32_t i0, int32_t
       }
     }
   }
-  /* requantize constants once per channel block, not per row: the epilogue's stores may alias them */
-  for (int v = 0; v < NV; ++v) {
-    const int32_t c0 = (nb + v) * 16, nvalid = j->n - c0 < 16 ? j->n - c0 : 16;
-    const __mmask16 mask = (__mmask16)((1u << nvalid) - 1u);
-    const refcg_rqv_avx512 rv = refcg_rqv_load_avx512(j->epi.rq, c0, mask, 1);
-    const __m512i corr = _mm512_maskz_loadu_epi32(mask, j->epi.corr + c0);
-    for (int r = 0; r < rows; ++r)
-      refcg_epi_vec_avx512(&j->epi, &rv, _mm512_add_epi32(acc[r][v], corr), c0, nvalid, refcg_job_out(j, i0 + r));
+  if (j->epi.rq_vector && j->epi.o_c == 1 && j->epi.out_dtype != REFCG_S32) { /* a row's NV blocks: one store */
+    const int64_t n = j->n - blk[0].c0;
+    for (int r = 0; r < rows; ++r) {
+      __m512i v[4];
+      for (int b = 0; b < NV; ++b) v[b] = refcg_rq_unclamped_avx512(&blk[b].r, acc[r][b]);
+      refcg_store_bytes_avx512((uint8_t*)j->epi.out + out_off[r] + blk[0].c0, v, NV, &blk[0].r,
+                               j->epi.out_dtype == REFCG_U8, n);
+    }
+    return;
   }
+  for (int v = 0; v < NV; ++v)
+    for (int r = 0; r < rows; ++r)
+      refcg_epi_vec_avx512(&j->epi, &blk[v].r, acc[r][v], blk[v].c0, blk[v].nvalid, out_off[r]);
 }
 
-/* Tiles: (row block of 6) x (group of up to 4 channel blocks), row blocks fastest: a group's
- * weights (K x 64 bytes) stay in L1/L2 while the rows stream by (dense 64x512x512: 1.2x faster
- * than channel groups fastest, which re-read all weights from L2 for every row block). */
+/* Tiles: (row block of 6) x (group of up to 4 channel blocks), row blocks fastest within a
+ * thread's rows: a group's weights (K x 64 bytes) stay in L1/L2 while the rows stream by (dense
+ * 64x512x512: 1.2x faster than channel groups fastest, which re-read all weights from L2 for
+ * every row block). */
 static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
   const int32_t nblocks = (j->n + 15) / 16;
-  const int64_t nrb = (j->m + REFCG_X512_MR - 1) / REFCG_X512_MR;
-  for (int64_t t = t0; t < t1; ++t) {
-    const int32_t i0 = (int32_t)(t % nrb) * REFCG_X512_MR, nb = (int32_t)(t / nrb) * REFCG_X512_NV;
+  const int64_t ng = (nblocks + REFCG_X512_NV - 1) / REFCG_X512_NV;
+  /* tile t = rb * ng + g: a thread's range holds whole row blocks (but at its ends), so threads
+   * write disjoint output rows; within it channel groups go outermost and row blocks fastest, so
+   * a group's weights stay in L1/L2 while the rows stream by (row blocks fastest over the whole
+   * index space gave each thread a channel group of the same rows: their stores shared cache
+   * lines, and 2 threads ran a K = 16 conv slower than 1) */
+  const int64_t rb_lo = t0 / ng, rb_hi = (t1 - 1) / ng;
+  for (int64_t g = 0; g < ng; ++g) {
+    const int32_t nb = (int32_t)g * REFCG_X512_NV;
     const int32_t nv = nblocks - nb < REFCG_X512_NV ? nblocks - nb : REFCG_X512_NV;
-    /* a tail group of 2-3 channel blocks in one tile: 12-18 independent accumulators instead of
-     * 6 per block, which vpdpbusd's latency would leave half idle (MobileNet's 24/96/160 channels) */
-    if (j->m - i0 == 1) {
-      for (int32_t b = nb; b < nb + nv; ++b) refcg_tile_avx512(j, i0, b, 1, 1);
-    } else if (nv == REFCG_X512_NV) {
-      refcg_tile_avx512(j, i0, nb, REFCG_X512_MR, REFCG_X512_NV);
-    } else if (nv == 3) {
-      refcg_tile_avx512(j, i0, nb, REFCG_X512_MR, 3);
-    } else if (nv == 2) {
-      refcg_tile_avx512(j, i0, nb, REFCG_X512_MR, 2);
-    } else {
-      refcg_tile_avx512(j, i0, nb, REFCG_X512_MR, 1);
+    /* the group's requantize constants once per group and thread, not per tile (a 6-row tile of
+     * a K = 16 conv spent a fifth of its time on them) */
+    refcg_blk_avx512 blk[REFCG_X512_NV];
+    for (int32_t v = 0; v < nv; ++v) blk[v] = refcg_blk_load_avx512(j, nb + v);
+    /* output row q and column c of the tile's first row, stepped instead of divided per tile */
+    int32_t q = (int32_t)(rb_lo * REFCG_X512_MR / j->cols), c = (int32_t)(rb_lo * REFCG_X512_MR - (int64_t)q * j->cols);
+    for (int64_t rb = rb_lo; rb <= rb_hi; ++rb) {
+      const int64_t t = rb * ng + g;
+      const int32_t i0 = (int32_t)rb * REFCG_X512_MR;
+      if (t >= t0 && t < t1) {
+        /* a tail group of 2-3 channel blocks in one tile: 12-18 independent accumulators instead
+         * of 6 per block, which vpdpbusd's latency would leave half idle (MobileNet's 24/96/160
+         * channels) */
+        if (j->m - i0 == 1) {
+          for (int32_t v = 0; v < nv; ++v) refcg_tile_avx512(j, blk + v, i0, q, c, nb + v, 1, 1);
+        } else if (nv == REFCG_X512_NV) {
+          refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, REFCG_X512_NV);
+        } else if (nv == 3) {
+          refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 3);
+        } else if (nv == 2) {
+          refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 2);
+        } else {
+          refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 1);
+        }
+      }
+      for (c += REFCG_X512_MR; c >= j->cols; c -= j->cols) ++q;
     }
   }
 }
@@ -1021,20 +1098,7 @@ REFCG_INLINE void refcg_dwp_store_avx512(const refcg_epi* e, const refcg_rqv_avx
   if (e->out_dtype == REFCG_S32)
     _mm512_mask_storeu_epi32((int32_t*)e->out + off, mask, v);
   else
-    _mm512_mask_cvtepi32_storeu_epi8((uint8_t*)e->out + off, mask, v); /* values are in range */
-}
-
-/* The low bytes of NV (1 to 4) vectors of 16 requantized values (in the output dtype's range, so
- * the saturating packs change nothing), n of them stored (64 or more: all): two packs and one dword
- * permute for up to 64 bytes, instead of a vpmovdb store per vector. */
-REFCG_INLINE void refcg_store_bytes_avx512(uint8_t* out, const __m512i* v, int NV, int is_unsigned, int64_t n) {
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i a = _mm512_packs_epi32(v[0], NV > 1 ? v[1] : zero), b = NV > 2 ? _mm512_packs_epi32(v[2], NV > 3 ? v[3] : zero) : zero;
-  const __m512i bytes = is_unsigned ? _mm512_packus_epi16(a, b) : _mm512_packs_epi16(a, b);
-  /* 128-bit lane l holds 4 values of each vector k at dword 4 l + k: back to dword 4 k + l */
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __mmask64 mask = n >= 16 * NV ? (__mmask64)(~0ULL >> (64 - 16 * NV)) : (__mmask64)((1ULL << n) - 1ULL);
-  _mm512_mask_storeu_epi8(out, mask, _mm512_permutexvar_epi32(order, bytes));
+    refcg_store16_bytes_avx512((uint8_t*)e->out + off, mask, v);
 }
 
 /* Expand a padded row: per group and 16 pixels one 64-byte load, vpermd (lane k: bytes from
@@ -1067,8 +1131,8 @@ REFCG_INLINE void refcg_dwp_nb_avx512(const refcg_dwp_strip* s, const refcg_dwpk
       for (int b = 0; b < NB; ++b) acc[b] = _mm512_dpbusd_epi32(acc[b], _mm512_load_si512(e + i * owp + 16 * b), w);
     }
   if (s->epi.rq_vector && s->epi.out_dtype != REFCG_S32) { /* the NB * 16 pixels as one store */
-    for (int b = 0; b < NB; ++b) acc[b] = refcg_rq_apply_avx512(&k->r, acc[b]);
-    refcg_store_bytes_avx512((uint8_t*)s->epi.out + off, acc, NB, s->epi.out_dtype == REFCG_U8, n);
+    for (int b = 0; b < NB; ++b) acc[b] = refcg_rq_unclamped_avx512(&k->r, acc[b]);
+    refcg_store_bytes_avx512((uint8_t*)s->epi.out + off, acc, NB, &k->r, s->epi.out_dtype == REFCG_U8, n);
     return;
   }
   for (int b = 0; b < NB; ++b) refcg_dwp_store_avx512(&s->epi, &k->r, acc[b], s->oc, off + 16 * b, n - 16 * b < 16 ? n - 16 * b : 16);
@@ -1108,18 +1172,22 @@ REFCG_INLINE void refcg_gemmp_tile_avx512(const refcg_gemmp_job* j, int32_t oc0,
     const int32_t oc = oc0 + (r < rows ? r : rows - 1);
     wrow[r] = j->w + (int64_t)(oc / 16) * j->kp * 16 + (oc % 16) * 4;
   }
-  __m512i acc[REFCG_GEMMP_MR][4];
+  __m512i sum[REFCG_GEMMP_MR][4], acc[REFCG_GEMMP_MR][4];
   for (int r = 0; r < REFCG_GEMMP_MR; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
+    for (int v = 0; v < NV; ++v) sum[r][v] = _mm512_setzero_si512();
   const uint8_t* x = j->xi + p0 * 4;
   for (int32_t q = 0; q < j->kp / 4; ++q, x += j->hw * 4) {
     __m512i xv[4];
     for (int v = 0; v < NV; ++v) xv[v] = _mm512_loadu_si512(x + 64 * v);
     for (int r = 0; r < REFCG_GEMMP_MR; ++r) {
       const __m512i w = _mm512_set1_epi32(refcg_load_i32((const uint8_t*)wrow[r] + (int64_t)q * 64));
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], xv[v], w);
+      for (int v = 0; v < NV; ++v) sum[r][v] = _mm512_dpbusd_epi32(sum[r][v], xv[v], w);
     }
   }
+  /* sum is indexed by constants only, so it stays in registers; the epilogue's run-time row index
+   * reads this copy (indexing sum itself made GCC 12 store all 24 accumulators every k step) */
+  for (int r = 0; r < REFCG_GEMMP_MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = sum[r][v];
   const int bytes = j->epi.rq_vector && j->epi.out_dtype != REFCG_S32;
   for (int r = 0; r < rows; ++r) {
     const int32_t oc = oc0 + r;
@@ -1127,8 +1195,8 @@ REFCG_INLINE void refcg_gemmp_tile_avx512(const refcg_gemmp_job* j, int32_t oc0,
     const __m512i corr = _mm512_set1_epi32(j->epi.corr[oc]);
     if (bytes) { /* the row's NV * 16 pixels as one store */
       __m512i v[4];
-      for (int b = 0; b < NV; ++b) v[b] = refcg_rq_apply_avx512(&rv, _mm512_add_epi32(acc[r][b], corr));
-      refcg_store_bytes_avx512((uint8_t*)j->epi.out + oc * j->epi.o_c + p0, v, NV, j->epi.out_dtype == REFCG_U8,
+      for (int b = 0; b < NV; ++b) v[b] = refcg_rq_unclamped_avx512(&rv, _mm512_add_epi32(acc[r][b], corr));
+      refcg_store_bytes_avx512((uint8_t*)j->epi.out + oc * j->epi.o_c + p0, v, NV, &rv, j->epi.out_dtype == REFCG_U8,
                                j->hw - p0);
       continue;
     }
@@ -1195,7 +1263,7 @@ REFCG_INLINE void refcg_bin_row_avx512(const refcg_bin_job* j, const void* ctx, 
                               : _mm512_add_epi32(_mm512_sub_epi32(qa, qb), k->ozp);
       v = _mm512_max_epi32(_mm512_min_epi32(v, k->hi), k->lo);
     }
-    _mm512_mask_cvtepi32_storeu_epi8(out + i, mask, v);
+    refcg_store16_bytes_avx512(out + i, mask, v);
   }
 }
 

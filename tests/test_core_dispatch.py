@@ -27,6 +27,8 @@ def network(rng):
     y = relay.qnn.op.add(y, pooled, *q, *q, relay.const(np.float32(0.12)), relay.const(-1))
     y = qconv_block(y, rng, in_c=24, out_c=24, groups=24, strides=(2, 2), input_scale=0.12, input_zp=-1)
     y = qconv_block(y, rng, in_c=24, out_c=35, kernel=(1, 1), padding=(0, 0), input_scale=0.1)
+    # 80 channels: 5 blocks of 16, two AVX-512 channel groups, which threads must not split by group
+    y = qconv_block(y, rng, in_c=35, out_c=80, kernel=(1, 1), padding=(0, 0), input_scale=0.1)
     return module([x], y), {"x": random_int(rng, (1, 13, 15, 14), "int8")}
 
 
@@ -64,9 +66,13 @@ def test_every_variant_bit_exact_in_exported_model(built, isa, tmp_path):
         os.environ.pop("REFCG_ISA", None) if saved is None else os.environ.__setitem__("REFCG_ISA", saved)
 
 
-@pytest.mark.parametrize("threads", ["1", "2"])
-def test_thread_pool_results_identical(built, threads, tmp_path):
-    """A fresh process per TVM_NUM_THREADS (the pool size is fixed at its first use)."""
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+@pytest.mark.parametrize("isa", ["", "avx2"], ids=["best", "avx2"])
+def test_thread_pool_results_identical(built, threads, isa, tmp_path):
+    """A fresh process per TVM_NUM_THREADS (the pool size is fixed at its first use): 3 threads split
+    the GEMM tiles inside row blocks and channel groups."""
+    if isa:
+        CORE.require(isa)
     path, inputs, reference, _ = built
     np.save(tmp_path / "x.npy", inputs["x"])
     script = (
@@ -75,7 +81,7 @@ def test_thread_pool_results_identical(built, threads, tmp_path):
         f"g.set_input('x', np.load({str(tmp_path / 'x.npy')!r})); g.run()\n"
         f"np.save({str(tmp_path / 'y.npy')!r}, g.get_output(0).numpy())\n"
     )
-    env = dict(os.environ, TVM_NUM_THREADS=threads)
+    env = dict(os.environ, TVM_NUM_THREADS=threads, **({"REFCG_ISA": isa} if isa else {}))
     subprocess.run([os.sys.executable, "-c", script], env=env, check=True, timeout=120)
     assert np.array_equal(np.load(tmp_path / "y.npy"), reference)
 
