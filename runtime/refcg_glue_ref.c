@@ -2,7 +2,8 @@
  * Portable scalar kernels for the glue between quantized layers: int32 reductions (mean, sum,
  * adaptive/global average pooling in the cast-int32 form) and data movement with an optional
  * clamp or cast (reshape-like ops, transpose, layout_transform, strided_slice, nn.pad, clip, maximum,
- * minimum). They move or sum integers: nothing to round, so TVM's results are reproduced exactly.
+ * minimum, and nearest resize as a gather through index tables the compiler computed). They move or
+ * sum integers: nothing to round, so TVM's results are reproduced exactly.
  */
 #include <string.h>
 
@@ -28,7 +29,8 @@ static int64_t refcg_copy_plain(const refcg_copy_params* p) {
   static const int32_t lo[] = {-128, 0, INT32_MIN, -32768}, hi[] = {127, 255, INT32_MAX, 32767};
   static const int64_t bytes[] = {1, 1, 4, 2};
   const int32_t t = p->in_dtype;
-  if (p->ndim != 1 || p->in_stride[0] != 1 || p->pad_before[0] != 0 || t != p->out_dtype || t < 0 || t > 3) return 0;
+  if (p->ndim != 1 || p->in_stride[0] != 1 || p->pad_before[0] != 0 || p->take[0]) return 0;
+  if (t != p->out_dtype || t < 0 || t > 3) return 0;
   return p->lo <= lo[t] && p->hi >= hi[t] ? bytes[t] : 0;
 }
 
@@ -46,7 +48,7 @@ REFCG_API int refcg_copy_ref(const refcg_copy_params* p, const void* input, void
     int64_t at = p->offset;
     int inside = 1;
     for (int32_t k = 0; k < p->ndim; ++k) {
-      const int64_t j = index[k] - p->pad_before[k];
+      const int64_t j = (p->take[k] ? p->take[k][index[k]] : index[k]) - p->pad_before[k];
       inside &= j >= 0 && j < p->in_shape[k];
       at += j * p->in_stride[k];
     }

@@ -303,6 +303,29 @@ def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype):
         assert np.array_equal(out, want), f"{name}: {np.abs(out - want).max()}"
 
 
+@pytest.mark.parametrize("layout,dtype", [("NCHW", "int8"), ("NHWC", "uint8"), ("NHWC", "int16")])
+def test_copy_gather_matches_numpy(core, layout, dtype):
+    """refcg_copy_ref with index tables on H and W (a nearest resize; duplicated, skipped and reversed
+    indices) and none on the other axes, with a clamp: numpy's fancy indexing."""
+    rng = np.random.default_rng(zlib.crc32(repr((layout, dtype)).encode()))
+    h_axis, w_axis = layout.index("H"), layout.index("W")
+    shape = [2, 3, 5, 7] if layout == "NCHW" else [2, 5, 7, 3]
+    x = full_range(rng, shape, dtype)
+    take_h, take_w = np.array([4, 0, 0, 2, 3, 3, 1, 4, 4], np.int32), rng.integers(0, 7, 11).astype(np.int32)
+    out_shape = list(shape)
+    out_shape[h_axis], out_shape[w_axis] = len(take_h), len(take_w)
+    p = core.ffi.new("refcg_copy_params*")
+    p.ndim, p.out_shape, p.in_shape = 4, out_shape, shape
+    p.in_stride = [int(np.prod(shape[k + 1:])) for k in range(4)]
+    p.in_dtype = p.out_dtype = DTYPE_CODE[dtype]
+    p.lo, p.hi = -100, 200
+    p.take[h_axis], p.take[w_axis] = core.ptr(take_h, "int32_t*"), core.ptr(take_w, "int32_t*")
+    out = np.zeros(out_shape, dtype)
+    assert core.lib.refcg_copy_ref(p, core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
+    want = np.take(np.take(x, take_h, axis=h_axis), take_w, axis=w_axis)
+    assert np.array_equal(out, np.clip(want, -100, 200).astype(dtype))
+
+
 # (100, 1000, 40): AVX2 widens weights per chunk of K (> 768 here: two chunks) for groups of 96 rows
 # weights: full range (AVX2 proves no block pair-safe: vpmaddwd) or within +-64 (every block pair-safe: vpmaddubsw)
 @pytest.mark.parametrize("batch,features,units", [(1, 1024, 1000), (7, 77, 45), (13, 256, 33), (100, 1000, 40)])
