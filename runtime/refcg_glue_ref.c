@@ -24,13 +24,14 @@ REFCG_API int refcg_reduce_ref(const refcg_reduce_params* p, const void* input, 
   return 0;
 }
 
-/* Bytes per element when the copy is a plain memcpy (one compact run, same dtype, no clamp), else 0. */
+/* Bytes per element when the copy is a plain memcpy (one compact run read inside the input: no padding
+ * before or after it; same dtype, no clamp), else 0. */
 static int64_t refcg_copy_plain(const refcg_copy_params* p) {
   static const int32_t lo[] = {-128, 0, INT32_MIN, -32768}, hi[] = {127, 255, INT32_MAX, 32767};
   static const int64_t bytes[] = {1, 1, 4, 2};
   const int32_t t = p->in_dtype;
   if (p->ndim != 1 || p->in_stride[0] != 1 || p->pad_before[0] != 0 || p->take[0]) return 0;
-  if (t != p->out_dtype || t < 0 || t > 3) return 0;
+  if (p->out_shape[0] > p->in_shape[0] || t != p->out_dtype || t < 0 || t > 3) return 0;
   return p->lo <= lo[t] && p->hi >= hi[t] ? bytes[t] : 0;
 }
 
