@@ -3,21 +3,24 @@
 topi.image.resize2d (python/tvm/topi/image/resize.py: get_inx, get_closest_index, get_2d_pixel)
 computes the source coordinate in float32 TIR and rounds it:
 
-- ``asymmetric``: ``in * s`` with s = float32(in_size) / float32(out_size); when out_size is an
+- ``asymmetric``: ``x * s`` with s = float32(in_size) / float32(out_size); when out_size is an
   integer multiple of in_size (can_convert_multiply_to_intdiv) an integer division instead,
   whatever the rounding method;
-- ``half_pixel`` and ``pytorch_half_pixel`` (out_size > 1; else 0.0): ``(x + 0.5) * s - 0.5``;
+- ``half_pixel``: ``(x + 0.5) * s - 0.5``; ``pytorch_half_pixel`` the same, or 0.0 when out_size is 1;
 - ``tf_half_pixel_for_nn``: ``(x + 0.5) * s``;
 - ``align_corners``: ``x * s`` with s = float32(in_size - 1) / float32(out_size - 1);
 
 then ``round`` (llvm.round: half away from zero), ``ceil(. - 0.5)`` (round_prefer_floor),
-``floor(. + 0.5)`` (round_prefer_ceil), ``floor(. + 1e-5)``, ``ceil(. - 1e-5)``; "" is round for
+``floor(. + 0.5)`` (round_prefer_ceil), ``floor(. + 1e-5)`` (floor), ``ceil(. - 1e-5)`` (ceil); "" is round for
 align_corners, else floor. The index is clamped to the input. TIR folds float constants in float32
 (arith/const_fold.h), so only one thing varies: on a target with FMA, LLVM contracts the product and
 the first add after it into one rounding (``AllowFPOpFusion::Fast``, numerics.FloatLowering), except
 where it has folded the coordinate to a constant first (a fully unrolled or one-iteration loop). So a
 table is only certain when the fused and the unfused expression give the same one, or the target has
-no FMA (``table``).
+no FMA (``table``). Measured against TVM-only builds of int32 probes (every mode and rounding, 4058
+resizes of two axes: llvm, sandybridge, skylake-avx512; NCHW and NHWC): each axis read one of the two
+tables; without FMA always the unfused one; with FMA, of the 40 resizes whose tables differ, H fused and
+W unfused in 34, both fused in 1, neither in 5.
 """
 from __future__ import annotations
 
