@@ -291,6 +291,7 @@ def copy_op(draw, state):
         or (k == "split" and max(shape) < 2) or (k == "depth_to_space" and not _block_sizes(state))
         or (k == "resize" and not (rank == 4 and state.layout)))]
     options += ["depth_to_space"] * 2 * ("depth_to_space" in options)  # the rarest state (channels % 4 == 0)
+    options += ["resize"] * ("resize" in options)  # 4-D only, and 30 mode x rounding pairs
     kind = draw(st.sampled_from(options))
     op = {"op": "copy", "kind": kind}
     lo, hi = DTYPE_RANGE[state.dtype]
