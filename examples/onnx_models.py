@@ -22,11 +22,11 @@ class _Graph:
         self.count += 1
         return f"{prefix}{self.count}"
 
-    def const(self, prefix: str, value: np.ndarray) -> str:
+    def const(self, prefix: str, value: np.ndarray, dtype=np.float32) -> str:
         from onnx import numpy_helper
 
         name = self.name(prefix)
-        self.inits.append(numpy_helper.from_array(value.astype(np.float32), name))
+        self.inits.append(numpy_helper.from_array(value.astype(dtype), name))
         return name
 
     def node(self, op: str, inputs: list, **attrs) -> str:
@@ -103,6 +103,19 @@ def resnet18(seed: int = 0, size: int = 32, classes: int = 10, blocks: int = 2):
             c = out_c
     x = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
     return g.model((1, 3, size, size), g.gemm(x, c, classes))
+
+
+def upsample_cnn(seed: int = 0, size: int = 9):
+    """Convs around nearest Resizes: ONNX's defaults (half_pixel, round_prefer_floor) to a size that is
+    no integer ratio, then PyTorch's export (asymmetric, floor) by scales 2 (FPN / segmentation necks)."""
+    g = _Graph(seed)
+    x = g.conv("input", 3, 8)
+    out = [1, 8, 2 * size - 1, size + 4]
+    x = g.node("Resize", [x, "", "", g.const("sizes", np.array(out), np.int64)], mode="nearest")
+    x = g.conv(x, 8, 8)
+    x = g.node("Resize", [x, "", g.const("scales", np.array([1, 1, 2, 2]))], mode="nearest",
+               coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    return g.model((1, 3, size, size), g.conv(x, 8, 4, act=None))
 
 
 def mlp_block(seed: int = 0, tokens: int = 8, width: int = 64):

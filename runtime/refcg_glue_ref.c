@@ -2,7 +2,8 @@
  * Portable scalar kernels for the glue between quantized layers: int32 reductions (mean, sum,
  * adaptive/global average pooling in the cast-int32 form) and data movement with an optional
  * clamp or cast (reshape-like ops, transpose, layout_transform, strided_slice, nn.pad, clip, maximum,
- * minimum). They move or sum integers: nothing to round, so TVM's results are reproduced exactly.
+ * minimum, and nearest resize as a gather through index tables the compiler computed). They move or
+ * sum integers: nothing to round, so TVM's results are reproduced exactly.
  */
 #include <string.h>
 
@@ -23,36 +24,58 @@ REFCG_API int refcg_reduce_ref(const refcg_reduce_params* p, const void* input, 
   return 0;
 }
 
-/* Bytes per element when the copy is a plain memcpy (one compact run, same dtype, no clamp), else 0. */
-static int64_t refcg_copy_plain(const refcg_copy_params* p) {
+/* Bytes per element when values are stored unchanged (same dtype, a clamp that cannot bind), else 0. */
+static int64_t refcg_copy_unchanged(const refcg_copy_params* p) {
   static const int32_t lo[] = {-128, 0, INT32_MIN, -32768}, hi[] = {127, 255, INT32_MAX, 32767};
   static const int64_t bytes[] = {1, 1, 4, 2};
   const int32_t t = p->in_dtype;
-  if (p->ndim != 1 || p->in_stride[0] != 1 || p->pad_before[0] != 0 || t != p->out_dtype || t < 0 || t > 3) return 0;
+  if (t != p->out_dtype || t < 0 || t > 3) return 0;
   return p->lo <= lo[t] && p->hi >= hi[t] ? bytes[t] : 0;
+}
+
+/* One output row (the last axis) read from input element `at` on (`inside`: the other axes read inside
+ * the input). A compact run inside the input stored unchanged is one memcpy (reshape-like ops, slices,
+ * NHWC pixels); unchanged 8-bit values are gathered bytewise (a nearest resize along W); anything else
+ * (padding, cast, clamp) goes element by element. */
+static void refcg_copy_row(const refcg_copy_params* p, int64_t unchanged, const void* input, int64_t at, int inside,
+                           void* output, int64_t out_at) {
+  const int32_t last = p->ndim - 1;
+  const int64_t n = p->out_shape[last], pad = p->pad_before[last], size = p->in_shape[last];
+  const int64_t stride = p->in_stride[last];
+  const int32_t* take = p->take[last];
+  if (unchanged && inside && !take && stride == 1 && pad == 0 && n <= size) {
+    memcpy((char*)output + out_at * unchanged, (const char*)input + at * unchanged, (size_t)(n * unchanged));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t j = (take ? take[i] : i) - pad;
+    const int read = inside && j >= 0 && j < size;
+    if (read && unchanged == 1) {
+      ((uint8_t*)output)[out_at + i] = ((const uint8_t*)input)[at + j * stride];
+    } else {
+      const int32_t v = read ? refcg_load(input, at + j * stride, p->in_dtype) : p->pad_value;
+      refcg_store(output, out_at + i, p->out_dtype, refcg_clamp(v, p->lo, p->hi));
+    }
+  }
 }
 
 REFCG_API int refcg_copy_ref(const refcg_copy_params* p, const void* input, void* output) {
   if (p->ndim < 1 || p->ndim > REFCG_COPY_MAX_DIMS) return -1;
-  int64_t total = 1;
-  for (int32_t k = 0; k < p->ndim; ++k) total *= p->out_shape[k];
-  const int64_t plain = refcg_copy_plain(p);
-  if (plain) { /* reshape-like ops */
-    memcpy(output, (const char*)input + p->offset * plain, (size_t)(total * plain));
-    return 0;
-  }
+  const int32_t last = p->ndim - 1;
+  const int64_t unchanged = refcg_copy_unchanged(p);
+  int64_t rows = 1;
+  for (int32_t k = 0; k < last; ++k) rows *= p->out_shape[k];
   int64_t index[REFCG_COPY_MAX_DIMS] = {0};
-  for (int64_t i = 0; i < total; ++i) {
+  for (int64_t r = 0; r < rows; ++r) {
     int64_t at = p->offset;
     int inside = 1;
-    for (int32_t k = 0; k < p->ndim; ++k) {
-      const int64_t j = index[k] - p->pad_before[k];
+    for (int32_t k = 0; k < last; ++k) {
+      const int64_t j = (p->take[k] ? p->take[k][index[k]] : index[k]) - p->pad_before[k];
       inside &= j >= 0 && j < p->in_shape[k];
       at += j * p->in_stride[k];
     }
-    const int32_t v = inside ? refcg_load(input, at, p->in_dtype) : p->pad_value;
-    refcg_store(output, i, p->out_dtype, refcg_clamp(v, p->lo, p->hi));
-    for (int32_t k = p->ndim - 1; k >= 0 && ++index[k] == p->out_shape[k]; --k) index[k] = 0;
+    refcg_copy_row(p, unchanged, input, at, inside, output, r * p->out_shape[last]);
+    for (int32_t k = last - 1; k >= 0 && ++index[k] == p->out_shape[k]; --k) index[k] = 0;
   }
   return 0;
 }

@@ -303,6 +303,73 @@ def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype):
         assert np.array_equal(out, want), f"{name}: {np.abs(out - want).max()}"
 
 
+@pytest.mark.parametrize("layout,dtype", [("NCHW", "int8"), ("NHWC", "uint8"), ("NHWC", "int16")])
+def test_copy_gather_matches_numpy(core, layout, dtype):
+    """refcg_copy_ref with index tables on H and W (a nearest resize; duplicated, skipped and reversed
+    indices) and none on the other axes, with a clamp: numpy's fancy indexing."""
+    rng = np.random.default_rng(zlib.crc32(repr((layout, dtype)).encode()))
+    h_axis, w_axis = layout.index("H"), layout.index("W")
+    shape = [2, 3, 5, 7] if layout == "NCHW" else [2, 5, 7, 3]
+    x = full_range(rng, shape, dtype)
+    take_h, take_w = np.array([4, 0, 0, 2, 3, 3, 1, 4, 4], np.int32), rng.integers(0, 7, 11).astype(np.int32)
+    out_shape = list(shape)
+    out_shape[h_axis], out_shape[w_axis] = len(take_h), len(take_w)
+    p = core.ffi.new("refcg_copy_params*")
+    p.ndim, p.out_shape, p.in_shape = 4, out_shape, shape
+    p.in_stride = [int(np.prod(shape[k + 1:])) for k in range(4)]
+    p.in_dtype = p.out_dtype = DTYPE_CODE[dtype]
+    p.lo, p.hi = -100, 200
+    p.take[h_axis], p.take[w_axis] = core.ptr(take_h, "int32_t*"), core.ptr(take_w, "int32_t*")
+    out = np.zeros(out_shape, dtype)
+    assert core.lib.refcg_copy_ref(p, core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
+    want = np.take(np.take(x, take_h, axis=h_axis), take_w, axis=w_axis)
+    assert np.array_equal(out, np.clip(want, -100, 200).astype(dtype))
+
+
+def test_copy_views_match_the_header_formula(core):
+    """refcg_copy_ref on random views (1-4 axes; strides, offset, padding on either side, index tables,
+    casts, clamps) against refcg.h's formula evaluated element by element in Python."""
+    rng = np.random.default_rng(17)
+    codes = {code: name for name, code in DTYPE_CODE.items()}
+    for case in range(200):
+        ndim = int(rng.integers(1, 5))
+        in_shape = [int(v) for v in rng.integers(1, 6, ndim)]
+        in_dtype, out_dtype = (["int8", "uint8", "int16", "int32"][i] for i in rng.integers(0, 4, 2))
+        if rng.integers(2):
+            out_dtype = in_dtype
+        pad = [int(v) for v in rng.integers(0, 3, ndim) * rng.integers(0, 2, ndim)]
+        out_shape = [d + b + int(rng.integers(0, 3)) * int(rng.integers(0, 2)) for d, b in zip(in_shape, pad)]
+        takes = [rng.integers(0, d, o).astype(np.int32) if rng.integers(3) == 0 else None
+                 for d, o in zip(in_shape, out_shape)]
+        order = rng.permutation(ndim)  # the input read transposed, from an offset into a larger buffer
+        stride = [0] * ndim
+        for rank, k in enumerate(order):
+            stride[k] = int(np.prod([in_shape[a] for a in order[rank + 1:]]))
+        offset = int(rng.integers(0, 4))
+        x = full_range(rng, [offset + int(np.prod(in_shape)) + 3], in_dtype)
+        lo, hi = np.iinfo(out_dtype).min, np.iinfo(out_dtype).max
+        if rng.integers(2):
+            lo, hi = sorted(int(v) for v in rng.integers(-100, 200, 2))
+        pad_value = int(rng.integers(-50, 50))
+        p = core.ffi.new("refcg_copy_params*")
+        p.ndim, p.out_shape, p.in_shape, p.in_stride, p.pad_before = ndim, out_shape, in_shape, stride, pad
+        p.offset = offset
+        p.in_dtype, p.out_dtype, p.lo, p.hi, p.pad_value = DTYPE_CODE[in_dtype], DTYPE_CODE[out_dtype], lo, hi, pad_value
+        for k, take in enumerate(takes):
+            if take is not None:
+                p.take[k] = core.ptr(take, "int32_t*")
+        out = np.zeros(out_shape, out_dtype)
+        assert core.lib.refcg_copy_ref(p, core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
+        want = np.zeros(out_shape, np.int64)
+        for i in np.ndindex(*out_shape):
+            j = [(t[i_k] if t is not None else i_k) - b for i_k, t, b in zip(i, takes, pad)]
+            inside = all(0 <= j_k < d for j_k, d in zip(j, in_shape))
+            at = offset + sum(j_k * s_k for j_k, s_k in zip(j, stride))
+            want[i] = min(max(int(x[at]) if inside else pad_value, lo), hi)
+        wrapped = want.astype(np.int64).astype(codes[DTYPE_CODE[out_dtype]])  # a narrowing cast wraps
+        assert np.array_equal(out, wrapped), (case, in_shape, out_shape, pad, in_dtype, out_dtype)
+
+
 # (100, 1000, 40): AVX2 widens weights per chunk of K (> 768 here: two chunks) for groups of 96 rows
 # weights: full range (AVX2 proves no block pair-safe: vpmaddwd) or within +-64 (every block pair-safe: vpmaddubsw)
 @pytest.mark.parametrize("batch,features,units", [(1, 1024, 1000), (7, 77, 45), (13, 256, 33), (100, 1000, 40)])

@@ -21,7 +21,8 @@ from refcodegen.frontends import load_model, parse_shape
 # The issue's goal: at least 95% of each model's QNN ops offloaded. At the last measurement all
 # reached 100%; the glue between them (int32 average pools, casts, reshapes, pads) is offloaded
 # too since refcg.reduce/refcg.copy. The test prints what stays.
-OFFLOAD_FLOOR = {"tiny_cnn": 0.95, "mobilenet_v2": 0.95, "resnet18": 0.95, "mlp": 0.95, "pytorch": 0.95}
+OFFLOAD_FLOOR = {"tiny_cnn": 0.95, "mobilenet_v2": 0.95, "resnet18": 0.95, "mlp": 0.95, "pytorch": 0.95,
+                 "upsample_cnn": 1.0}
 
 
 # Shallower than the demo's networks, same layer kinds: TVM-only's own build of the reference
@@ -31,6 +32,7 @@ TEST_MODELS = {
     "mobilenet_v2": partial(onnx_models.mobilenet_v2, size=16, blocks=3),
     "resnet18": partial(onnx_models.resnet18, size=16, blocks=1),
     "mlp": onnx_models.mlp_block,
+    "upsample_cnn": onnx_models.upsample_cnn,
 }
 
 
@@ -84,6 +86,14 @@ def test_onnx_quantizer_formats(tmp_path, fmt, per_channel, activation):
 ])
 def test_onnx_networks(tmp_path, name, fmt, per_channel, activation):
     check_onnx(tmp_path, name, fmt, per_channel, activation)
+
+
+def test_onnx_nearest_resize_is_inside_the_partition(tmp_path):
+    """ONNX Resize nearest between convs (QDQ: after FakeQuantizationToInteger, image.resize2d on int8;
+    ONNX's defaults half_pixel + round_prefer_floor to 17x13, then asymmetric + floor by 2): one partition."""
+    report = check_onnx(tmp_path, "upsample_cnn", "qdq", False, "int8")
+    assert len(report.partitions) == 1 and not report.stayed, str(report)
+    assert report.offloaded_ops["image.resize2d"] == 2, str(report)
 
 
 def test_pytorch_post_training_quantized(tmp_path):

@@ -68,6 +68,8 @@ def test_data_movement_matches_tvm(tmp_path, rng):
         d = cases.var((1, 9, 3, 9) if layout == "NCHW" else (1, 3, 5, 9), "int8", rng)
         cases.add(relay.nn.depth_to_space(d, 2, layout=layout, mode=mode))
         cases.add(relay.nn.depth_to_space(d, 3, layout=layout, mode=mode))
+    tail = cases.var((5,), "int8", rng)  # 1-D, padded after only: not one memcpy (it read past the input)
+    cases.add(relay.nn.pad(tail, ((0, 3),), pad_value=const(7, "int8")))
     w = cases.var((2, 3), "int32", rng, -1000, 1000)
     cases.add(relay.transpose(w), dtype="int32")
     cases.add(relay.cast(w, "int8"))  # PyTorch: requantize to int32, clip, cast; here it wraps

@@ -168,6 +168,11 @@ REPRESENTATIVE = [
         {"op": "conv2d", "out_c": 4, "kernel": (1, 1), "strides": (1, 1), "dilation": (1, 1), "padding": (0, 0, 0, 0),
          "groups": 1, "w_dtype": "int8", "kernel_zp": 0, "per_channel": False, "bias": 1 << 10, "bias_form": "add",
          **_rq()}], seed=5),
+    # refcg.copy rows: a nearest resize (NHWC pixels: memcpy), a pad on both sides, a transpose (gathers)
+    ChainSpec((1, 5, 7, 3), "NHWC", "int8", 0.05, 0, [
+        {"op": "copy", "kind": "resize", "size": [9, 4], "mode": "half_pixel", "rounding": "round_prefer_ceil"},
+        {"op": "copy", "kind": "pad", "widths": [(0, 0), (1, 0), (0, 2), (0, 1)], "value": -3},
+        {"op": "copy", "kind": "transpose", "axes": [0, 3, 1, 2]}], seed=6),
 ]
 
 

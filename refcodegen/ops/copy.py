@@ -1,7 +1,8 @@
 """refcg.copy: data movement and clamping of one integer tensor (casts, reshape-like ops, transpose,
-layout_transform, strided_slice, nn.pad, nn.depth_to_space, clip, maximum/minimum with a constant):
-nothing is rounded, TVM's result is reproduced (runtime refcg_copy_ref reads the input through a
-strided view of up to 6 axes)."""
+layout_transform, strided_slice, nn.pad, nn.depth_to_space, image.resize2d nearest, clip,
+maximum/minimum with a constant): nothing is rounded, TVM's result is reproduced (runtime
+refcg_copy_ref reads the input through a strided view of up to 6 axes, a nearest resize through the
+index tables of resize.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,15 +12,16 @@ import tvm
 from tvm import relay
 from tvm.relay.dataflow_pattern import is_constant, is_op, wildcard
 
+from .. import resize
 from ..errors import RefcgError
-from ..numerics import DTYPE_RANGE
+from ..numerics import DTYPE_RANGE, float_lowering
 from .base import (DTYPE_CODE, REQUANTIZE_DTYPES, Call, Step, any_of, check_clip, check_tensor, const_value, dtype_of,
                    first_reason, folded_cast, op_name, operands, out_range, prod, static_shape)
 
 NAME = "copy"
 NEON_REQUANTIZE = False
 OPS = ("cast", "reshape", "squeeze", "expand_dims", "nn.batch_flatten", "transpose", "layout_transform",
-       "strided_slice", "nn.pad", "nn.depth_to_space", "clip", "maximum", "minimum")
+       "strided_slice", "nn.pad", "nn.depth_to_space", "image.resize2d", "clip", "maximum", "minimum")
 RESHAPE_OPS = ("reshape", "squeeze", "expand_dims", "nn.batch_flatten")
 CLAMP_OPS = ("maximum", "minimum")
 
@@ -91,6 +93,43 @@ def depth_to_space_view(attrs, shape) -> tuple[list[int], list[int]]:
     return [n, h, bs, w, bs, out_c], [s_n, s_h, s_iy, s_w, s_ix, s_channel]
 
 
+def _target_fma(target) -> bool | None:
+    """Whether TVM-only's code for ``target`` may contract a float multiply-add (None: not known)."""
+    if target is None or str(target.kind) != "llvm":
+        return None
+    return float_lowering(target).fma
+
+
+def resize_tables(call, target) -> tuple[list, str | None]:
+    """image.resize2d nearest: the index table of its H and W axes (a None table: the identity), or why
+    it stays in TVM."""
+    attrs = call.attrs
+    layout, method = str(attrs.layout), str(attrs.method)
+    if method != "nearest_neighbor":
+        return [], f"resize method {method} rounds in float (only nearest_neighbor is a copy)"
+    if layout not in ("NCHW", "NHWC"):
+        return [], f"resize layout {layout} is not NCHW or NHWC"
+    mode, rounding = str(attrs.coordinate_transformation_mode), str(attrs.rounding_method)
+    if mode == "tf_crop_and_resize":
+        return [], "resize tf_crop_and_resize reads the roi and extrapolates outside it"
+    shape, out = static_shape(call.args[0]), static_shape(call)
+    if shape is None or out is None:
+        return [], "resize shape is not static"
+    tables = []
+    for axis in (layout.index("H"), layout.index("W")):
+        reason = resize.reason(shape[axis], out[axis], mode, rounding)
+        if reason:
+            return [], f"resize {reason}"
+        table = resize.table(shape[axis], out[axis], mode, rounding, _target_fma(target))
+        if table is None:
+            why = "give partition_for_refcg the target" if target is None else \
+                "LLVM fuses it for FMA targets, except where it folded the index to a constant"
+            return [], (f"resize {shape[axis]} -> {out[axis]} ({mode}, rounding {rounding or 'default'}): the input "
+                        f"index depends on whether TVM-only's code fuses a float multiply-add ({why})")
+        tables.append(None if np.array_equal(table, np.arange(out[axis])) else table)
+    return tables, None
+
+
 def _compact_strides(shape) -> list[int]:
     return [prod(shape[k + 1:]) for k in range(len(shape))]
 
@@ -143,6 +182,10 @@ class Copy:
             return _strided_slice_reason(call)
         if op == "nn.depth_to_space" and str(call.attrs.layout) not in ("NCHW", "NHWC"):
             return f"depth_to_space layout {call.attrs.layout} is not NCHW or NHWC"
+        if op == "image.resize2d":
+            if dtype_of(data) == "int32":
+                return "resize of int32: TVM reads the value through float32 (rounds above 2**24)"
+            return resize_tables(call, ctx.target)[1]
         if op == "nn.pad":
             value = const_value(call.args[1])
             lo, hi = DTYPE_RANGE[dtype_of(data)]
@@ -155,17 +198,18 @@ class Copy:
                 return "negative pad width"
         return None
 
-    def view(self, shape) -> dict:
-        """Output shape and the input strides/offset/padding that read it."""
+    def view(self, shape, target) -> dict:
+        """Output shape and the input strides/offset/padding (index tables) that read it."""
         call, op = self.call, self.op
         out = tuple(int(d) for d in call.checked_type.shape)
         strides = _compact_strides(shape)
         view = {"out_shape": list(out), "in_stride": strides, "pad_before": [0] * len(out), "in_shape": list(shape),
-                "offset": 0}
+                "offset": 0, "take": [None] * len(out)}
         if op in RESHAPE_OPS or op in ("cast", "clip", *CLAMP_OPS):
             # compact in and out, same element order: one flat run
             size = prod(out)
-            return {"out_shape": [size], "in_stride": [1], "pad_before": [0], "in_shape": [size], "offset": 0}
+            return {"out_shape": [size], "in_stride": [1], "pad_before": [0], "in_shape": [size], "offset": 0,
+                    "take": [None]}
         if op in ("transpose", "layout_transform"):
             if op == "transpose":
                 axes = call.attrs.axes
@@ -190,7 +234,14 @@ class Copy:
             out_shape, in_stride = depth_to_space_view(call.attrs, shape)
             # every output index reads inside the input: no padding bound
             return {"out_shape": out_shape, "in_stride": in_stride, "pad_before": [0] * 6, "in_shape": out_shape,
-                    "offset": 0}
+                    "offset": 0, "take": [None] * 6}
+        if op == "image.resize2d":
+            tables, reason = resize_tables(call, target)
+            if reason:
+                raise RefcgError(op, "copy", reason)
+            layout = str(call.attrs.layout)
+            view["take"][layout.index("H")], view["take"][layout.index("W")] = tables
+            return view
         raise RefcgError(op, "copy", "no data-movement plan for this op")
 
     def layout_ok(self, src_perms, dst_perm) -> bool:
@@ -208,8 +259,8 @@ class Copy:
             hi = min(hi, int(const_value(self.bound).reshape(-1)[0]))
         src = operands(func, srcs, [self.data])[0]
         pad_value = int(float(const_value(self.call.args[1]).reshape(-1)[0])) if op == "nn.pad" else 0
-        params = {**self.view(src.shape), "in_dtype": DTYPE_CODE[src.dtype], "out_dtype": DTYPE_CODE[dst.dtype],
-                  "lo": lo, "hi": hi, "pad_value": pad_value}
+        params = {**self.view(src.shape, target), "in_dtype": DTYPE_CODE[src.dtype],
+                  "out_dtype": DTYPE_CODE[dst.dtype], "lo": lo, "hi": hi, "pad_value": pad_value}
         return Step(name, NAME, [src], dst, {"params": params, "ops": op},
                     [Call("refcg_copy_ref", ["params"], [src], dst)])
 

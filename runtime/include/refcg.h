@@ -176,10 +176,11 @@ typedef struct {
 
 REFCG_API int refcg_reduce_ref(const refcg_reduce_params* p, const void* input, void* output);
 
-/* Data movement and clamping on one tensor (reshape, transpose, strided_slice, nn.pad, clip...):
- * out[i] = clamp(in[offset + sum_k (i_k - pad_before_k) * in_stride_k]), or pad_value where
- * some i_k - pad_before_k falls outside [0, in_shape_k). Up to 6 dimensions; a cast stores another
- * dtype (narrowing wraps, as TVM's cast). */
+/* Data movement and clamping on one tensor (reshape, transpose, strided_slice, nn.pad, clip, nearest
+ * resize...): out[i] = clamp(in[offset + sum_k (t_k(i_k) - pad_before_k) * in_stride_k]), or pad_value
+ * where some t_k(i_k) - pad_before_k falls outside [0, in_shape_k); t_k is take[k][i_k], or i_k where
+ * take[k] is NULL (a gather along that axis). Up to 6 dimensions; a cast stores another dtype
+ * (narrowing wraps, as TVM's cast). */
 #define REFCG_COPY_MAX_DIMS 6
 typedef struct {
   int32_t ndim;
@@ -190,6 +191,7 @@ typedef struct {
   int64_t offset;
   int32_t in_dtype, out_dtype;
   int32_t pad_value, lo, hi;
+  const int32_t* take[REFCG_COPY_MAX_DIMS]; /* per axis: the input index of each output index, or NULL */
 } refcg_copy_params;
 
 REFCG_API int refcg_copy_ref(const refcg_copy_params* p, const void* input, void* output);

@@ -19,6 +19,7 @@ from tvm import relay
 
 from arm.host import TARGET_DOTPROD, TARGET_NEON
 from models import module
+from refcodegen import resize
 from refcodegen.numerics import DTYPE_RANGE
 from refcodegen.softmax import overflow_reason, x0_of
 from test_ops_common import NUMERICS
@@ -193,15 +194,15 @@ REQUANTIZING_OPS_PER_GROUP = {"tonearest": 1, "float64": 1}
 
 # The families beyond conv/dense/binary/pool/requantize/concat: the two requantizing ones share one
 # option among the requantizing ops, the rest two options, so conv and dense chains stay the majority;
-# data movement (14 ops) weighs more.
-REQUANTIZING_GLUE = ("lut", "lut", "lut", "lut", "softmax")  # 15 table forms
+# data movement (15 ops) weighs more.
+REQUANTIZING_GLUE = ("lut", "lut", "lut", "lut", "softmax", "softmax")  # 15 table forms, 2 softmax forms
 GLUE = ("qdq", "reduce", "copy", "copy", "copy")
 LUT_FORMS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish", "qnn.leaky_relu",  # qnn ops TVM turns into tables
              "qnn.exp", "qnn.log", "qnn.abs",
              "sigmoid", "tanh", "leaky_relu", "tflite_hardswish", "pytorch_hardswish", "onnx_hardswish",
              "pytorch_hardsigmoid", "onnx_hardsigmoid")
 COPY_OPS = ("cast", "reshape", "squeeze", "expand_dims", "batch_flatten", "transpose", "layout_transform",
-            "strided_slice", "split", "pad", "depth_to_space", "clip", "maximum", "minimum")
+            "strided_slice", "split", "pad", "depth_to_space", "resize", "clip", "maximum", "minimum")
 WIDE = ("int16", "int32")
 
 
@@ -287,8 +288,10 @@ def copy_op(draw, state):
     options = [k for k in COPY_OPS if not (
         (k == "squeeze" and (1 not in shape or rank == 1)) or (k == "expand_dims" and rank >= 5)
         or (k == "batch_flatten" and rank < 2) or (k == "layout_transform" and not state.layout)
-        or (k == "split" and max(shape) < 2) or (k == "depth_to_space" and not _block_sizes(state)))]
+        or (k == "split" and max(shape) < 2) or (k == "depth_to_space" and not _block_sizes(state))
+        or (k == "resize" and not (rank == 4 and state.layout)))]
     options += ["depth_to_space"] * 2 * ("depth_to_space" in options)  # the rarest state (channels % 4 == 0)
+    options += ["resize"] * ("resize" in options)  # 4-D only, and 30 mode x rounding pairs
     kind = draw(st.sampled_from(options))
     op = {"op": "copy", "kind": kind}
     lo, hi = DTYPE_RANGE[state.dtype]
@@ -321,6 +324,12 @@ def copy_op(draw, state):
             if state.dtype in QDTYPES else draw(st.integers(-300, 300))
     elif kind == "depth_to_space":
         op.update(block=draw(st.sampled_from(_block_sizes(state))), mode=draw(st.sampled_from(["DCR", "CRD"])))
+    elif kind == "resize":  # image.resize2d nearest: up or down, integer ratios or not
+        _, _, h, w = dims(state)
+        mode = draw(st.sampled_from(resize.MODES))
+        low = 2 if mode == "align_corners" else 1  # TVM-only fails to build align_corners to size 1
+        op.update(size=[draw(st.integers(low, 2 * d + 3)) for d in (h, w)], mode=mode,
+                  rounding=draw(st.sampled_from(resize.ROUNDINGS)))
     elif kind == "clip":
         op["bounds"] = tuple(sorted((draw(st.integers(lo, hi)), draw(st.integers(lo, hi)))))
     elif kind in ("maximum", "minimum"):
@@ -687,6 +696,9 @@ def _copy(y, state, op, ctx):
     elif kind == "depth_to_space":
         n, c, h, w, b = *dims(state), op["block"]
         shape = [n, c // (b * b), h * b, w * b] if state.layout == "NCHW" else [n, h * b, w * b, c // (b * b)]
+    elif kind == "resize":
+        n, c, _, _ = dims(state)
+        shape = [n, c, *op["size"]] if state.layout == "NCHW" else [n, *op["size"], c]
     layout = _other_layout(state.layout) if kind == "layout_transform" else _layout(shape, state)
     new = ChainSpec(tuple(shape), layout, dtype, state.scale, _zero_point_in(state.zp, dtype))
     if y is None:
@@ -713,6 +725,9 @@ def _copy(y, state, op, ctx):
         return relay.nn.pad(y, op["widths"], pad_value=_c(op["value"], dtype)), new
     if kind == "depth_to_space":
         return relay.nn.depth_to_space(y, op["block"], layout=state.layout, mode=op["mode"]), new
+    if kind == "resize":
+        return relay.image.resize2d(y, op["size"], None, state.layout, "nearest_neighbor", op["mode"],
+                                    op["rounding"]), new
     if kind == "clip":
         return relay.clip(y, *op["bounds"]), new
     bound = _c(op["value"], dtype)
