@@ -70,6 +70,29 @@ def test_tvm_only_llvm_verification_failure_is_counted_apart(tmp_path):
     assert result["cases"] == 0 and not result["mismatches"]
 
 
+# Found 2026-12-01 by make fuzz-arm (seed 900, aarch64-dotprod): TVM-only's build of a batch raised
+# ValueError ("too many values to unpack", topi/x86/batch_matmul.py: its schedule, which the arm_cpu
+# strategy uses, on a batch_matmul fused with the reshape after it). The harness isolated only
+# TVMError, IndexError and UnboundLocalError, so the whole batch of 20 went uncompared as a "build error".
+BATCH_MATMUL_RESHAPE = dict(
+    shape=(2, 7, 17, 5), layout="NHWC", dtype="uint8", scale=0.0032818394247442484, zp=201, seed=8008, ops=[
+        {"op": "batch_matmul", "form": "broadcast", "m": 7, "n": 14, "y_dtype": "uint8", "y_zp": 128,
+         "y_scale": 0.003733894322067499, "per_channel": False, "out_dtype": "uint8", "out_scale": 0.638675332069397,
+         "out_zp": 189, "rounding": "UPWARD", "clip": [131, 227]},
+        {"op": "copy", "kind": "reshape", "shape": [2, 7, 14, 1]},
+        {"op": "conv2d", "out_c": 7, "kernel": [2, 1], "strides": [2, 1], "pad": [1, 0, 2, 0], "dilation": [2, 1],
+         "padding": [1, 0, 2, 0], "groups": 7, "w_dtype": "uint8", "kernel_zp": 65, "per_channel": True, "bias": None,
+         "bias_form": "bias_add", "out_dtype": "int32"}])
+
+
+def test_a_python_exception_in_tvm_only_build_is_counted_apart(tmp_path):
+    spec = ChainSpec(**BATCH_MATMUL_RESHAPE)
+    result = check_batch([spec], "aarch64-dotprod", tmp_path)  # TVM-only fails: nothing reaches the emulator
+    [(bad, error)] = result["unbuildable"]
+    assert bad is spec and "ValueError" in error
+    assert result["cases"] == 0 and not result["mismatches"]
+
+
 def test_chains_around_an_unbuildable_one_are_compared_from_the_parts_built(tmp_path):
     """The bisection keeps the parts TVM-only could build instead of building the batch again; their
     outputs must be the ones a single TVM-only build of all those chains gives (inputs come from each

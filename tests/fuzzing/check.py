@@ -99,9 +99,10 @@ def tvm_only_build(specs: list[ChainSpec], numerics: str):
         lines = str(error).strip().splitlines()
         at = next((i for i, line in enumerate(lines) if "Error:" in line), len(lines) - 1)
         raise TvmOnlyBuildError(" ".join(lines[at: at + 2])) from error  # the message and its first detail
-    except IndexError as error:  # TVM 0.19's x86 int8 conv schedule on some shapes (autotvm define_split)
-        raise TvmOnlyBuildError(repr(error)) from error
-    except UnboundLocalError as error:  # its arm_cpu strategy for NHWC int8 depthwise with +dotprod
+    except Exception as error:  # noqa: BLE001 - refcg has no part in this build: whatever it raises is TVM's
+        # seen: IndexError in the x86 int8 conv schedule (autotvm define_split), UnboundLocalError in the
+        # arm_cpu strategy for NHWC int8 depthwise with +dotprod, ValueError in topi/x86/batch_matmul.py
+        # (its schedule on aarch64 when a reshape is fused after the batch_matmul)
         raise TvmOnlyBuildError(repr(error)) from error
 
 
