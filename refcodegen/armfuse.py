@@ -42,6 +42,9 @@ FREE = 1  # no TVM kernel this input's readers may join computes it: they start 
 CONCATENATED = 2  # a TVM concatenate's group may take its elementwise readers: scalar (schedule_concatenate)
 OUTPUTS_ATTR = "RefcgOutputsToGraph"  # per partition result: 1 = only returned by main
 ELEMWISE = ("refcg.binary", "refcg.requantize")
+# refcg.copy kernels of one elementwise/broadcast op (kElemWise/kBroadcast in TVM): like bias_add
+# after a conv, FuseOps puts them into the group of the conv/dense/pool they follow
+ELEMWISE_COPY_OPS = ("cast", "clip", "maximum", "minimum")
 ANCHORS = ("refcg.conv2d", "refcg.dense", "refcg.pool2d")
 
 
@@ -105,7 +108,7 @@ class FusionContext:
             return tvm_aarch64_lanes(self.target, "dense", channels=_shape(call)[-1])
         if kind == "refcg.pool2d":
             return tvm_aarch64_lanes(self.target, "pool")
-        if kind in ELEMWISE:
+        if kind in ELEMWISE or (kind == "refcg.copy" and op_name(body) in ELEMWISE_COPY_OPS):
             absorbed = self._absorbed_by(call)
             return self._anchor_lanes(absorbed) if absorbed is not None else None
         return None

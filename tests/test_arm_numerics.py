@@ -247,6 +247,29 @@ def concat_into_mul():
                                relay.qnn.op.mul)])
 
 
+def pool_minimum_mul():
+    """Found 2026-12-02 by make fuzz-arm (seed 1100, 1 LSB off on both CPUs): avg pool -> minimum (a
+    refcg.copy kernel) -> qnn.mul. TVM-only fuses the minimum and the mul into the pool's kernel
+    (scalar); armfuse ended the pool's group at the copy and took the mul for an injective kernel
+    vectorizing the output's last axis of 4 (NEON rounding)."""
+    from fuzzing.chains import ChainSpec, build_batch
+
+    spec = ChainSpec(shape=(1, 10, 17, 3), layout="NCHW", dtype="int8", scale=0.016910113394260406, zp=-2, seed=939,
+                     ops=[{"op": "pool", "kind": "avg", "size": (3, 2), "strides": (2, 1), "padding": (2, 1, 2, 1),
+                           "ceil_mode": True, "count_include_pad": True},
+                          {"op": "copy", "kind": "minimum", "value": -3, "flip": False},
+                          {"op": "binary", "kind": "mul", "other": (1, 10, 10, 4), "flip": False, "const": True,
+                           "o_scale": 0.5, "o_zp": -128, "out_scale": 0.125, "out_zp": 43, "clip": None}])
+    return build_batch([spec], "aarch64-neon")[0]
+
+
+def test_an_elementwise_copy_after_a_pool_joins_its_kernel():
+    mod = pool_minimum_mul()
+    _, lanes = tvm_qms_lanes(mod, TARGET_NEON)
+    _, neon = refcg_qms(mod, TARGET_NEON)
+    assert lanes and all(neon[key] == {n == 4 for n in tvm} for key, tvm in lanes.items()), (lanes, neon)
+
+
 def test_concatenate_kernel_computes_its_elementwise_readers_on_scalars():
     """What armfuse does not follow (a concatenate's group growing into its elementwise readers,
     scheduled by schedule_concatenate, topi/arm_cpu/injective.py:81-107): TVM-only's TIR for it
