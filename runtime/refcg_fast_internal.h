@@ -112,6 +112,16 @@ REFCG_INLINE int32_t refcg_tile_rows(const refcg_gemm_job* j, int32_t i0, int MR
   return refcg_tile_rows_at(j, i0, q, i0 - q * j->cols, MR, arow, out_off);
 }
 
+/* A thread's range [t0, t1) of tiles t = row * ncols + col (rows: row blocks; cols: channel
+ * blocks or groups): the rows [*lo, *hi) of column col in it. The range holds whole rows but at its
+ * ends, so threads write disjoint output rows (a split by columns had 2 threads storing into the same
+ * cache lines: slower than 1 thread). */
+REFCG_INLINE void refcg_rows_of_col(int64_t t0, int64_t t1, int64_t ncols, int64_t col, int64_t* lo, int64_t* hi) {
+  const int64_t first = t0 / ncols, last = (t1 - 1) / ncols;
+  *lo = first + (first * ncols + col < t0);
+  *hi = last + (last * ncols + col < t1);
+}
+
 /* The tile loop of a variant with MR-row x 16-channel tiles: tile t is row block t / nblocks,
  * channel block t % nblocks; a last block of one row runs the MR = 1 kernel. */
 #define REFCG_DEFINE_TILES(name, tile, MR)                                              \

@@ -417,12 +417,9 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
   const int64_t csz = (nk + nchunks - 1) / nchunks; /* chunks of equal size */
   int16_t ww[REFCG_AVX2_WC * 64] __attribute__((aligned(32)));
   int32_t saved[REFCG_AVX2_RG * 32];
-  /* tile t = rp * nblocks + nb (row pair rp): a thread's range holds whole row pairs (but at its
-   * ends), so threads write disjoint output rows (as refcg_tiles_avx512vnni); per channel block
-   * its row pairs in the range, [rp0, rp1) */
-  const int64_t rp_lo = t0 / nblocks, rp_hi = (t1 - 1) / nblocks;
-  for (int32_t nb = 0; nb < nblocks; ++nb) {
-    const int64_t rp0 = rp_lo + (rp_lo * nblocks + nb < t0), rp1 = rp_hi + (rp_hi * nblocks + nb < t1);
+  for (int32_t nb = 0; nb < nblocks; ++nb) { /* tile t = rp * nblocks + nb (row pair rp) */
+    int64_t rp0, rp1;
+    refcg_rows_of_col(t0, t1, nblocks, nb, &rp0, &rp1);
     if (rp0 >= rp1) continue;
     const int32_t r0 = (int32_t)rp0 * REFCG_AVX2_TABLE_MR;
     const int32_t r1 = rp1 * REFCG_AVX2_TABLE_MR < j->m ? (int32_t)rp1 * REFCG_AVX2_TABLE_MR : j->m;
@@ -987,13 +984,12 @@ static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
   const int32_t nblocks = (j->n + 15) / 16;
   const int64_t ng = (nblocks + REFCG_X512_NV - 1) / REFCG_X512_NV;
-  /* tile t = rb * ng + g: a thread's range holds whole row blocks (but at its ends), so threads
-   * write disjoint output rows; within it channel groups go outermost and row blocks fastest, so
-   * a group's weights stay in L1/L2 while the rows stream by (row blocks fastest over the whole
-   * index space gave each thread a channel group of the same rows: their stores shared cache
-   * lines, and 2 threads ran a K = 16 conv slower than 1) */
-  const int64_t rb_lo = t0 / ng, rb_hi = (t1 - 1) / ng;
+  /* tile t = rb * ng + g (refcg_rows_of_col): channel groups outermost in a thread's rows, row
+   * blocks fastest, so a group's weights stay in L1/L2 while the rows stream by */
   for (int64_t g = 0; g < ng; ++g) {
+    int64_t rb0, rb1;
+    refcg_rows_of_col(t0, t1, ng, g, &rb0, &rb1);
+    if (rb0 >= rb1) continue;
     const int32_t nb = (int32_t)g * REFCG_X512_NV;
     const int32_t nv = nblocks - nb < REFCG_X512_NV ? nblocks - nb : REFCG_X512_NV;
     /* the group's requantize constants once per group and thread, not per tile (a 6-row tile of
@@ -1001,25 +997,21 @@ static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
     refcg_blk_avx512 blk[REFCG_X512_NV];
     for (int32_t v = 0; v < nv; ++v) blk[v] = refcg_blk_load_avx512(j, nb + v);
     /* output row q and column c of the tile's first row, stepped instead of divided per tile */
-    int32_t q = (int32_t)(rb_lo * REFCG_X512_MR / j->cols), c = (int32_t)(rb_lo * REFCG_X512_MR - (int64_t)q * j->cols);
-    for (int64_t rb = rb_lo; rb <= rb_hi; ++rb) {
-      const int64_t t = rb * ng + g;
+    int32_t q = (int32_t)(rb0 * REFCG_X512_MR / j->cols), c = (int32_t)(rb0 * REFCG_X512_MR - (int64_t)q * j->cols);
+    for (int64_t rb = rb0; rb < rb1; ++rb) {
       const int32_t i0 = (int32_t)rb * REFCG_X512_MR;
-      if (t >= t0 && t < t1) {
-        /* a tail group of 2-3 channel blocks in one tile: 12-18 independent accumulators instead
-         * of 6 per block, which vpdpbusd's latency would leave half idle (MobileNet's 24/96/160
-         * channels) */
-        if (j->m - i0 == 1) {
-          for (int32_t v = 0; v < nv; ++v) refcg_tile_avx512(j, blk + v, i0, q, c, nb + v, 1, 1);
-        } else if (nv == REFCG_X512_NV) {
-          refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, REFCG_X512_NV);
-        } else if (nv == 3) {
-          refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 3);
-        } else if (nv == 2) {
-          refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 2);
-        } else {
-          refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 1);
-        }
+      /* a tail group of 2-3 channel blocks in one tile: 12-18 independent accumulators instead of
+       * 6 per block, which vpdpbusd's latency would leave half idle (MobileNet's 24/96/160 channels) */
+      if (j->m - i0 == 1) {
+        for (int32_t v = 0; v < nv; ++v) refcg_tile_avx512(j, blk + v, i0, q, c, nb + v, 1, 1);
+      } else if (nv == REFCG_X512_NV) {
+        refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, REFCG_X512_NV);
+      } else if (nv == 3) {
+        refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 3);
+      } else if (nv == 2) {
+        refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 2);
+      } else {
+        refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 1);
       }
       for (c += REFCG_X512_MR; c >= j->cols; c -= j->cols) ++q;
     }

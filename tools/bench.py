@@ -536,27 +536,23 @@ def main() -> None:
         ok, err = build_in_child(name, "llvm", str(work / f"{name}_llvm.so"))
         if ok:
             runners["tvm llvm"], outputs["tvm llvm"] = graph_runner(str(work / f"{name}_llvm.so"), x)
-        def tvm_runner(target: str) -> bool:
-            path = str(work / f"{name}_{target.split('=')[-1]}.so")
-            ok, err = build_in_child(name, target, path)
+        def target_runner(target: str, refcg: bool = False) -> bool:
+            """TVM-only (row "tvm MCPU") or refcg (row "refcg @MCPU") built for target and run."""
+            mcpu = target.split("=")[-1]
+            key = f"refcg @{mcpu}" if refcg else f"tvm {mcpu}"
+            path = str(work / f"{name}_{'refcg_' if refcg else ''}{mcpu}.so")
+            ok, err = build_in_child(name, target, path, refcg=refcg)
             if ok:
-                key = f"tvm {target.split('=')[-1]}"
                 runners[key], outputs[key] = graph_runner(path, x)
             else:
-                notes.append(f"TVM-only '{target}' did not build or run ({err})")
+                notes.append(f"{'refcg' if refcg else 'TVM-only'} '{target}' did not build or run ({err})")
             return ok
 
-        best = next((target for target in TVM_TARGETS if tvm_runner(target)), None)
+        best = next((target for target in TVM_TARGETS if target_runner(target)), None)
         if extra_isas and best != TVM_AVX2_TARGET:  # beside refcg's avx2 rows: TVM's peer on AVX2-only x86
-            tvm_runner(TVM_AVX2_TARGET)
+            target_runner(TVM_AVX2_TARGET)
         if best:  # refcg built for TVM's best target: that build's numerics (float32 requantize), bit-exact with it
-            mcpu = best.split("=")[-1]
-            path = str(work / f"{name}_refcg_{mcpu}.so")
-            ok, err = build_in_child(name, best, path, refcg=True)
-            if ok:
-                runners[f"refcg @{mcpu}"], outputs[f"refcg @{mcpu}"] = graph_runner(path, x)
-            else:
-                notes.append(f"refcg for '{best}' did not build or run ({err})")
+            target_runner(best, refcg=True)
         if name in NETWORKS or zoo_workload(name):
             check_not_degenerate(name, outputs)
         onnx_path = onnx_model(name, mod, str(work / f"{name}.onnx"))
