@@ -102,6 +102,27 @@ def _float_casts_after_quantize(users: dict) -> dict:
     return reasons
 
 
+def _clips_before_folded_casts(users: dict) -> dict:
+    """attrs of a clip -> why it cannot leave TVM: it feeds a cast that TVM-only may fold
+    (base.folded_cast: int -> uint, which always stays in TVM). TVM's SimplifyClipAndConsecutiveCast
+    (simplify_expr.cc L199-245) rewrites clip -> cast -> ... -> cast by the clip's bounds: with the clip
+    in TVM-only's graph the cast need not wrap (measured: clip [-58, -34] -> cast uint8 -> per-channel
+    qnn.requantize), while the same cast after a refcg kernel's output does. Left in TVM, the clip
+    and the cast meet as in TVM-only."""
+    from .ops.base import folded_cast  # the ops package imports this module
+
+    reasons = {}
+    for node in users:
+        if _op_name(node) != "clip" or node.attrs is None:
+            continue
+        for user in users.get(node, []):
+            cast = folded_cast(user)
+            if cast:
+                reasons[node.attrs] = (f"the clip feeds a {cast} that stays in TVM, whose SimplifyClipAndConsecutiveCast "
+                                       "reads the clip's bounds: it stays with it")
+    return reasons
+
+
 class DequantizeUses:
     """For each qnn.dequantize of the graph being partitioned: None (safe) or why its result cannot
     leave refcg bit-exactly."""
@@ -111,6 +132,7 @@ class DequantizeUses:
         self.known = False
         self.loaded_scale_readers: dict = {}
         self.cast_reasons: dict = {}
+        self.clip_reasons: dict = {}
         self.failure = "partition with partition_for_refcg"
 
     def analyze(self, func: relay.Function):
@@ -131,6 +153,7 @@ class DequantizeUses:
         relay.analysis.post_order_visit(func.body, visit)
         self.loaded_scale_readers = _loaded_scale_readers(users)
         self.cast_reasons = _float_casts_after_quantize(users)
+        self.clip_reasons = _clips_before_folded_casts(users)
         outputs = set(func.body.fields) if isinstance(func.body, relay.Tuple) else {func.body}
 
         def unsafe_use(expr) -> str | None:
@@ -160,6 +183,12 @@ class DequantizeUses:
         if not self.known:
             return f"its consumers are unknown ({self.failure})"
         return self.cast_reasons.get(call.attrs) if call.attrs is not None else None
+
+    def clip_reason(self, call) -> str | None:
+        """Why a composite whose result is this clip cannot leave TVM (``_clips_before_folded_casts``), or None."""
+        if not self.known:
+            return f"its consumers are unknown ({self.failure})"
+        return self.clip_reasons.get(call.attrs) if call.attrs is not None else None
 
     def loads_scale(self, call) -> bool:
         """Whether TVM-only loads ``call``'s rank-0 scale from memory (a qnn.quantize then divides by it)."""

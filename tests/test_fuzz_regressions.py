@@ -280,6 +280,33 @@ def test_cast_to_unsigned_and_its_consumers_stay_in_tvm(tmp_path, rng, numerics)
     assert report.offloaded_ops["qnn.requantize"] == 2, str(report)
 
 
+# Found 2026-12-02 by make fuzz-arm (seed 2500, aarch64-neon; every numerics): "max diff 200". A conv whose
+# requantize ends in clip [-58, -34], then cast int8 -> uint8, then a per-channel qnn.requantize. The
+# cast and the requantize stayed in TVM (FOLDED, READS_FOLDED), but the clip went into the conv's kernel.
+# TVM-only, seeing clip -> cast -> the requantize's cast (SimplifyClipAndConsecutiveCast, then
+# SimplifyConsecutiveCast) computes from the int8 value; after refcg's kernel, TVM's graph starts at the
+# cast, which it keeps, and the requantize read the wrapped value (-50 -> 206). The fix
+# (consumers._clips_before_folded_casts): a clip feeding such a cast stays in TVM with it.
+CLIP_CAST_REQUANTIZE = dict(
+    shape=(1, 11, 5, 8), layout="NCHW", dtype="uint8", scale=0.0036387834697961807, zp=128, seed=73625147,
+    shared=True, ops=[
+        {"op": "conv2d", "out_c": 12, "kernel": (1, 3), "strides": (1, 3), "pad": None, "dilation": (1, 1),
+         "padding": (0, 0, 2, 0), "groups": 1, "w_dtype": "int8", "kernel_zp": 97, "per_channel": True,
+         "bias": 65536, "bias_form": "bias_add", "out_dtype": "int8", "out_scale": 0.00048828125, "out_zp": -128,
+         "rounding": "None", "clip": (-58, -34)},
+        {"op": "copy", "kind": "cast", "dtype": "uint8"},
+        {"op": "requantize", "axis": 2, "per_channel": True, "out_dtype": "int16", "out_scale": 0.001190889859572053,
+         "out_zp": 118, "rounding": "TONEAREST", "clip": (-13888, 32767)}])
+
+
+def test_a_clip_before_a_cast_to_unsigned_stays_with_it(tmp_path):
+    result = check_batch([ChainSpec(**CLIP_CAST_REQUANTIZE)], "llvm", tmp_path)
+    assert result["cases"] == 1 and not result["mismatches"], result["mismatches"]
+    stayed = {op: reason for op, _, reason in result["stayed"]}
+    assert "SimplifyClipAndConsecutiveCast reads the clip's bounds" in stayed["clip"], stayed
+    assert result["composites"]["refcg.conv2d"] == 1, result["composites"]
+
+
 # Found 2026-12-01 by make fuzz-arm (seed 500, aarch64-neon): the worker died (SIGABRT). LLVM asserts
 # ("CastInst::Create ... Invalid cast!") while TVM compiles this NHWC uint8 conv (one output channel,
 # dilation (1, 2)) for aarch64; refcg leaves the whole chain in TVM there (the conv feeds a concatenate

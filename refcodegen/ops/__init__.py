@@ -74,12 +74,14 @@ class CheckContext:
 def _predicate(pattern, parse, ctx: CheckContext):
     """The check MergeComposite calls: records why a match is rejected. The one place a check's
     exception is caught: it rejects the match (the op stays in TVM) instead of aborting partitioning.
-    Common to every family: no composite reads a cast TVM-only folds away (base.folded_cast)."""
+    Common to every family: no composite reads a cast TVM-only folds away (base.folded_cast), nor ends
+    in a clip that such a cast reads (consumers._clips_before_folded_casts)."""
     def check(expr) -> bool:
         params = None
         try:
             params = parse(expr)
-            reason = folded_cast_input_reason(pattern, expr) or params.reason(ctx)
+            reason = folded_cast_input_reason(pattern, expr) or \
+                (ctx.dequantize_uses.clip_reason(expr) if op_name(expr) == "clip" else None) or params.reason(ctx)
         except Exception as err:  # noqa: BLE001  any bug in a check must leave the op in TVM
             text = str(err).strip().splitlines()
             last = text[-1][:200] if text else ""
