@@ -84,7 +84,24 @@ def _modules():
 
         fuse = [["stem.0", "stem.1"]] + [[f"{b}.{m}.0", f"{b}.{m}.1"] for b in ("b1", "b2") for m in ("expand", "dw")]
 
-    return MobileNetV2Style
+    class UpsampleCNN(nn.Module):
+        """conv -> nearest 2x upsample of the quantized tensor -> conv (a decoder's shape)."""
+
+        def __init__(self):
+            super().__init__()
+            self.quant, self.dequant = tq.QuantStub(), tq.DeQuantStub()
+            self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU())
+            self.head = nn.Conv2d(8, 4, 3, padding=1)
+
+        def forward(self, x):
+            from torch.nn import functional
+
+            x = self.stem(self.quant(x))
+            return self.dequant(self.head(functional.interpolate(x, scale_factor=2, mode="nearest")))
+
+        fuse = [["stem.0", "stem.1"]]
+
+    return {"mobilenet_v2": MobileNetV2Style, "upsample": UpsampleCNN}
 
 
 def quantize_eager(net, engine: str = "fbgemm", calibration: int = 8, shape=INPUT_SHAPE):
@@ -123,13 +140,14 @@ def recalibrate_batch_norm(net, batches: int = 4, shape=INPUT_SHAPE, seed: int =
     return net.eval()
 
 
-def mobilenet_v2_traced(seed: int = 0, engine: str = "fbgemm", calibration: int = 8):
-    """(traced quantized ScriptModule, example input) for ``relay.frontend.from_pytorch``."""
+def mobilenet_v2_traced(seed: int = 0, engine: str = "fbgemm", calibration: int = 8, name: str = "mobilenet_v2"):
+    """(traced quantized ScriptModule, example input) for ``relay.frontend.from_pytorch``; ``name``
+    "upsample": a conv -> ``F.interpolate(mode="nearest")`` -> conv net instead."""
     import torch
     import torch.ao.quantization as tq
 
     torch.manual_seed(seed)
-    net = _modules()().eval()
+    net = _modules()[name]().eval()
     net = quantize_eager(tq.fuse_modules(net, net.fuse), engine, calibration)
     example = torch.randn(INPUT_SHAPE)
     with torch.no_grad():

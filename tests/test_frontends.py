@@ -22,7 +22,7 @@ from refcodegen.frontends import load_model, parse_shape
 # reached 100%; the glue between them (int32 average pools, casts, reshapes, pads) is offloaded
 # too since refcg.reduce/refcg.copy. The test prints what stays.
 OFFLOAD_FLOOR = {"tiny_cnn": 0.95, "mobilenet_v2": 0.95, "resnet18": 0.95, "mlp": 0.95, "pytorch": 0.95,
-                 "upsample_cnn": 1.0}
+                 "upsample_cnn": 1.0, "pytorch_upsample": 1.0}
 
 
 # Shallower than the demo's networks, same layer kinds: TVM-only's own build of the reference
@@ -96,15 +96,28 @@ def test_onnx_nearest_resize_is_inside_the_partition(tmp_path):
     assert report.offloaded_ops["image.resize2d"] == 2, str(report)
 
 
-def test_pytorch_post_training_quantized(tmp_path):
+def check_torch(tmp_path, name):
     torch = pytest.importorskip("torch")  # the torch extra; make test installs it
-    traced, example = torch_models.mobilenet_v2_traced()
-    path = str(tmp_path / "mobilenet_v2.pt")
+    traced, example = torch_models.mobilenet_v2_traced(name=name)
+    path = str(tmp_path / f"{name}.pt")
     traced.save(path)
     model = load_model(path, {"input": torch_models.INPUT_SHAPE})
     with torch.no_grad():
         expected = [traced(example).numpy()]
-    check_model(model, {"input": example.numpy()}, tmp_path, "pytorch", expected)
+    return check_model(model, {"input": example.numpy()}, tmp_path, "pytorch" if name == "mobilenet_v2" else
+                       f"pytorch_{name}", expected)
+
+
+def test_pytorch_post_training_quantized(tmp_path):
+    check_torch(tmp_path, "mobilenet_v2")
+
+
+def test_pytorch_nearest_upsample_is_inside_the_partition(tmp_path):
+    """TVM's importer writes a quantized F.interpolate(mode="nearest") as dequantize -> float resize ->
+    quantize with the same qparams: one refcg.qdq_resize kernel between the convs."""
+    report = check_torch(tmp_path, "upsample")
+    assert len(report.partitions) == 1 and not report.stayed, str(report)
+    assert [c for c, _ in next(iter(report.partitions.values()))].count("refcg.qdq_resize") == 1, str(report)
 
 
 @pytest.mark.parametrize("recalibrate", [False, True])

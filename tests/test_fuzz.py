@@ -90,7 +90,7 @@ DRAWN = (
     [f"lut {form}" for form in LUT_FORMS] + [f"copy {kind}" for kind in COPY_OPS]
     + [f"reduce {kind}" for kind in ("mean", "sum", "adaptive_avg_pool2d", "global_avg_pool2d")]
     + [f"pool {kind}" for kind in ("max", "avg", "global")] + [f"binary {k}" for k in ("add", "subtract", "mul")]
-    + ["softmax qnn", "softmax float", "qdq", "qdq per axis", "qdq through nn.relu", "qdq through mean",
+    + ["softmax qnn", "softmax float", "qdq", "qdq per axis", "qdq through nn.relu", "qdq through mean", "qdq through resize",
        "shared scalar constants", "quantize", "quantize per axis", "dequantize",
        "dequantize per axis", "binary rank-0 operand", "conv2d", "conv2d behind an nn.pad", "dense", "concat",
        "requantize", "requantize to int16", "requantize from int16", "requantize to int32", "requantize from int32",

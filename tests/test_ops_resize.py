@@ -122,3 +122,36 @@ def test_resize_rejections():
     w = relay.var("w", shape=(1, 3, 4, 5), dtype="int32")
     assert "through float32" in stays_in_tvm(module([w], nearest(w, (8, 10), "NCHW", "asymmetric", "")),
                                              "image.resize2d")
+
+
+def qdq_nearest(x, size, scale, zero_point, out_dtype=None, out_scale=None):
+    """PyTorch's quantized nearest upsample as TVM's importer writes it (qnn_torch.apply_with_fp32_fallback)."""
+    s, z = relay.const(np.float32(scale)), relay.const(zero_point)
+    y = nearest(relay.qnn.op.dequantize(x, s, z), size, "NCHW", "asymmetric", "")
+    out_s = s if out_scale is None else relay.const(np.float32(out_scale))
+    return relay.qnn.op.quantize(y, out_s, z, out_dtype=out_dtype or x.type_annotation.dtype)
+
+
+@pytest.mark.parametrize("target", ["llvm", FMA_TARGET])
+def test_qdq_nearest_resize_is_the_8bit_resize(tmp_path, rng, target):
+    """quantize(dequantize(v)) is v for every 8-bit v and normal scale: full-range int8 and uint8 through
+    scales float32 rounds (0.0137, 3e-7, 1e5), extreme zero points; one refcg.qdq_resize each."""
+    cases = Cases()
+    for dtype, scale, zp in [("uint8", 0.0137, 0), ("uint8", 3e-7, 255), ("int8", 1e5, -128), ("int8", 0.37, 127),
+                             ("uint8", 2.0 ** -60, 128)]:
+        cases.add(qdq_nearest(cases.var((1, 2, 3, 5), dtype, rng), (6, 10), scale, zp))
+    report = offload_report(cases.compare(tmp_path, (target, {})))
+    assert not report.stayed, str(report)
+    assert [c for part in report.partitions.values() for c, _ in part] == ["refcg.qdq_resize"] * 5, str(report)
+
+
+def test_qdq_nearest_resize_rejections():
+    """Anything but the identity around the resize stays out of refcg.qdq_resize, with the reason."""
+    x = relay.var("x", shape=(1, 3, 4, 5), dtype="uint8")
+    for kw, reason in [({"out_scale": 0.2}, "scale or zero point differ"),
+                       ({"out_dtype": "int8"}, "quantize to int8 of a dequantized uint8"),
+                       ({"scale": 1e-30}, "outside [2**-60, 2**60]")]:
+        args = {"scale": 0.1, **kw}
+        report = offload_report(partition_for_refcg(module([x], qdq_nearest(x, (8, 10), args.pop("scale"), 3, **args)),
+                                                    target="llvm"))
+        assert "refcg.qdq_resize" not in str(report) and reason in str(report), str(report)

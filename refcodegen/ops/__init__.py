@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from tvm.relay.op.contrib.register import register_pattern_table
 
 from ..consumers import DequantizeUses
-from . import (batch_matmul, binary, concatenate, conv2d, copy, dense, float_softmax, lut, pool2d, quantize, reduce,
-               requantize, softmax)
+from . import (batch_matmul, binary, concatenate, conv2d, copy, dense, float_softmax, lut, pool2d, qdq_resize, quantize,
+               reduce, requantize, softmax)
 from .base import folded_cast_input_reason, op_name
 
 COMPILER = "refcg"
@@ -26,7 +26,7 @@ COMPILER = "refcg"
 # Pattern-table order: MergeComposite tries families in this order.
 FAMILIES = (
     conv2d, dense, batch_matmul, binary, pool2d, concatenate,
-    lut, softmax, float_softmax,  # before quantize: they end in a qnn.quantize that would otherwise run alone
+    lut, softmax, float_softmax, qdq_resize,  # before quantize: they end in a qnn.quantize that would otherwise run alone
     quantize,
     requantize,  # last of those ending in a requantize: after a conv or dense it is that kernel's epilogue
     reduce, copy,  # after pool2d (its cast-avg-cast form) and the families whose patterns start or end in these ops

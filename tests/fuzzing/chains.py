@@ -249,9 +249,17 @@ def axis_qparams(draw, state, prefix: str) -> dict:
 def qdq_op(draw, state):
     """qnn.dequantize -> qnn.quantize: ONNX QDQ boundaries between layers, per tensor or per axis; or
     with a float op TVM computes between them (PyTorch's dequantize -> mean -> quantize)."""
-    between = draw(st.sampled_from(["", "", "nn.relu"] + ["mean"] * (len(state.shape) == 4)))
-    return {"op": "qdq", **draw(axis_qparams(state, "dq_")), **draw(axis_qparams(state, "q_")),
-            **qparams_out(draw, draw(st.sampled_from(QDTYPES))), "between": between}
+    spatial = len(state.shape) == 4
+    between = draw(st.sampled_from(["", "", "nn.relu"] + ["mean"] * spatial + ["resize"] * (spatial and bool(state.layout))))
+    op = {"op": "qdq", **draw(axis_qparams(state, "dq_")), **draw(axis_qparams(state, "q_")),
+          **qparams_out(draw, draw(st.sampled_from(QDTYPES))), "between": between}
+    if between == "resize":  # PyTorch's quantized nearest F.interpolate: mostly the same qparams both sides
+        _, _, h, w = dims(state)
+        op["size"] = [draw(st.integers(1, 2 * d + 3)) for d in (h, w)]
+        if state.dtype in QDTYPES and draw(st.integers(0, 3)):
+            op.update(dq_axis=-1, dq_per_axis=False, q_axis=-1, q_per_axis=False, out_dtype=state.dtype,
+                      out_scale=state.scale, out_zp=state.zp)
+    return op
 
 
 @st.composite
@@ -637,6 +645,11 @@ def _qdq(y, state, op, ctx):
         spatial = (2, 3) if state.layout == "NCHW" else (1, 2)
         x = None if x is None else relay.mean(x, axis=list(spatial), keepdims=True)
         state = replace(state, shape=tuple(1 if i in spatial else d for i, d in enumerate(state.shape)))
+    elif between == "resize":  # as TVM's PyTorch importer writes it: NCHW, asymmetric
+        size = op["size"]
+        x = None if x is None else relay.image.resize2d(x, size, None, state.layout, "nearest_neighbor", "asymmetric")
+        n, c, _, _ = dims(state)
+        state = replace(state, shape=(n, c, *size) if state.layout == "NCHW" else (n, *size, c))
     elif between and x is not None:
         x = relay.nn.relu(x)
     return _quantize(x, state, {**op, "axis": op["q_axis"], "per_axis": op["q_per_axis"]}, ctx)
