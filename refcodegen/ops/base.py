@@ -303,6 +303,19 @@ class Step:
 
 
 @dataclass
+class FloatBetween:
+    """The parameter object of a match qnn.dequantize -> one float op -> qnn.quantize (the root)."""
+
+    quantize: relay.Call
+    op: relay.Call
+    dequantize: relay.Call
+
+    @classmethod
+    def parse(cls, root):
+        return cls(root, root.args[0], root.args[0].args[0])
+
+
+@dataclass
 class OneCall:
     """The parameter object of a family whose match is one call: the report names that call."""
 

@@ -2,14 +2,11 @@
 x86 code computes it (runtime refcg_float_softmax_ref)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from tvm import relay
 from tvm.relay.dataflow_pattern import is_op
 
 from .. import softmax as numerics
 from ..errors import RefcgError
-from .base import (DTYPE_CODE, Call, Step, check_qparams, check_tensor, constants, dequantized, dtype_of,
+from .base import (DTYPE_CODE, Call, FloatBetween, Step, check_qparams, check_tensor, constants, dequantized, dtype_of,
                    first_reason, prod, scalar, static_shape)
 from .quantize import check_divisor, quantize_divisor, scale_loaded
 from .softmax import require_x86
@@ -22,18 +19,9 @@ def patterns() -> list:
     return [(is_op("qnn.quantize")(is_op("nn.softmax")(dequantized()), *constants(2)), FloatSoftmax.parse)]
 
 
-@dataclass
-class FloatSoftmax:
-    quantize: relay.Call
-    softmax: relay.Call
-    dequantize: relay.Call
-
-    @classmethod
-    def parse(cls, root) -> "FloatSoftmax":
-        return cls(root, root.args[0], root.args[0].args[0])
-
+class FloatSoftmax(FloatBetween):
     def members(self) -> list:
-        return [self.softmax]
+        return [self.op]
 
     def reason(self, ctx) -> str | None:
         """Per-tensor qparams, the last axis."""
@@ -47,8 +35,8 @@ class FloatSoftmax:
         if reason:
             return reason
         rank = len(static_shape(data))
-        if int(self.softmax.attrs.axis) % rank != rank - 1:
-            return (f"float softmax over axis {int(self.softmax.attrs.axis)}, not the last one "
+        if int(self.op.attrs.axis) % rank != rank - 1:
+            return (f"float softmax over axis {int(self.op.attrs.axis)}, not the last one "
                     "(TVM schedules it differently)")
         return numerics.x86_target_reason(ctx.target)
 

@@ -9,13 +9,11 @@ half; nothing adds between the multiply and the rounding, so no FMA contraction 
 composite is therefore the copy family's nearest resize of the 8-bit tensor, bit-exact."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from tvm import relay
-from tvm.relay.dataflow_pattern import is_op, wildcard
+from tvm.relay.dataflow_pattern import is_op
 
 from . import copy
-from .base import QUANT_DTYPES, check_qparams, check_tensor, const_value, constants, dtype_of, first_reason
+from .base import (QUANT_DTYPES, FloatBetween, check_qparams, check_tensor, const_value, constants, dequantized, dtype_of,
+                   first_reason)
 
 NAME = "qdq_resize"
 NEON_REQUANTIZE = False
@@ -24,27 +22,17 @@ SCALE_RANGE = (2.0 ** -60, 2.0 ** 60)
 
 
 def patterns() -> list:
-    dequantize = is_op("qnn.dequantize")(wildcard(), *constants(2))
-    return [(is_op("qnn.quantize")(is_op("image.resize2d")(dequantize), *constants(2)), QdqResize.parse)]
+    return [(is_op("qnn.quantize")(is_op("image.resize2d")(dequantized()), *constants(2)), QdqResize.parse)]
 
 
-@dataclass
-class QdqResize:
-    quantize: relay.Call
-    resize: relay.Call
-    dequantize: relay.Call
-
-    @classmethod
-    def parse(cls, call) -> "QdqResize":
-        return cls(call, call.args[0], call.args[0].args[0])
-
+class QdqResize(FloatBetween):
     @property
-    def copy(self) -> copy.Copy:
+    def as_copy(self) -> copy.Copy:
         """The resize as the copy family's kernel, reading the 8-bit tensor."""
-        return copy.Copy(self.resize, "image.resize2d", self.dequantize.args[0], None)
+        return copy.Copy(self.op, "image.resize2d", self.dequantize.args[0], None)
 
     def members(self) -> list:
-        return [self.quantize, self.resize, self.dequantize]
+        return [self.quantize, self.op, self.dequantize]
 
     def reason(self, ctx) -> str | None:
         q, dq = self.quantize, self.dequantize
@@ -61,10 +49,10 @@ class QdqResize:
             return "quantize and dequantize scale or zero point differ (a requantize in float)"
         if not SCALE_RANGE[0] <= float(scale) <= SCALE_RANGE[1]:
             return f"scale {float(scale)!r} outside [2**-60, 2**60]: float32 products may leave the normal range"
-        return copy.resize_tables(self.resize, ctx.target)[1]
+        return copy.resize_tables(self.op, ctx.target)[1]
 
     def plan(self, name: str, func, srcs, dst, target, ask=None):
-        step = self.copy.plan(name, func, srcs, dst, target)
+        step = self.as_copy.plan(name, func, srcs, dst, target)
         step.values["ops"] = "qnn.dequantize -> image.resize2d -> qnn.quantize (the same qparams)"
         return step
 
