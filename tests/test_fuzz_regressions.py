@@ -307,6 +307,27 @@ def test_a_clip_before_a_cast_to_unsigned_stays_with_it(tmp_path):
     assert result["composites"]["refcg.conv2d"] == 1, result["composites"]
 
 
+# Found 2026-12-02 by make fuzz (seed 2001, float32-nofma; float32 too, not llvm): "max diff 85". A
+# batch_matmul of a tensor with itself (accumulators up to 6.5e6) requantized by a ratio of 448: the
+# value (2.9e9) passes int32. TVM's float requantize converts it with LLVM's fptosi, undefined there:
+# TVM-only's skylake code came out clamped to the high bound, refcg (the x86 conversion) at INT32_MIN,
+# then the low one. The fix (epilogue.float_conversion_reason): such a requantize stays in TVM under
+# float numerics, or when the partition does not know the target.
+SELF_BATCH_MATMUL_PAST_INT32 = dict(
+    shape=(1, 10, 13, 11), layout="NHWC", dtype="int8", scale=0.8155822157859802, zp=112, seed=3371, ops=[
+        {"op": "batch_matmul", "form": "self", "m": 5, "n": 5, "y_dtype": "int8", "y_zp": 112,
+         "y_scale": 0.8155822157859802, "per_channel": False, "out_dtype": "int8",
+         "out_scale": 0.0014855788322165608, "out_zp": -128, "rounding": "UPWARD", "clip": (-49, 36)},
+        {"op": "copy", "kind": "reshape", "shape": [1, 1, 5, 5]}])
+
+
+def test_a_float_requantize_past_int32_stays_in_tvm(tmp_path):
+    result = check_batch([ChainSpec(**SELF_BATCH_MATMUL_PAST_INT32)], "float32-nofma", tmp_path)
+    assert result["cases"] == 1 and not result["mismatches"], result["mismatches"]
+    stayed = {op: reason for op, _, reason in result["stayed"]}
+    assert "past int32, where TVM-only's conversion is undefined" in stayed["qnn.batch_matmul"], stayed
+
+
 # Found 2026-12-01 by make fuzz-arm (seed 500, aarch64-neon): the worker died (SIGABRT). LLVM asserts
 # ("CastInst::Create ... Invalid cast!") while TVM compiles this NHWC uint8 conv (one output channel,
 # dilation (1, 2)) for aarch64; refcg leaves the whole chain in TVM there (the conv feeds a concatenate

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from tvm import relay
 
-from conftest import random_int
+from conftest import build_and_load, random_int, run, stays_in_tvm
 from models import module
-from refcodegen import offload_report
+from refcodegen import offload_report, partition_for_refcg
 from test_ops_common import NUMERICS, Cases, compare, const, qparams, scale_loaded_marks
 
 
@@ -90,7 +90,8 @@ INT16_SWEEP = [
     ((1, 3, 4, 5), "int16", [0.002, 0.04, 0.0007], -20, 0.03, 128, "uint8", 1, (10, 250)),
     ((3, 16), "int16", 0.5, 0, 0.0009, 5, "int32", -1, None),  # ratio above 1
     ((2, 24), "int8", 0.05, 3, 0.0004, -100, "int16", -1, None),
-    ((1, 4, 3, 3), "int32", [0.0001, 0.002, 0.00003, 0.0007], 11, 0.001, 9, "int16", 1, (-3000, 20000)),
+    # int32 in: ratios below 1 (above, test_float_requantize_past_int32_stays_in_tvm)
+    ((1, 4, 3, 3), "int32", [0.0001, 0.0009, 0.00003, 0.0007], 11, 0.001, 9, "int16", 1, (-3000, 20000)),
     ((2, 8), "uint8", 0.1, 128, 0.1, 0, "int16", -1, None),  # equal scales: TVM skips the multiply
     ((4, 9), "int16", 0.01, -2, 0.003, 1, "int16", -1, None),
 ]
@@ -113,6 +114,22 @@ def test_requantize_int16_matches_tvm(tmp_path, rng, numerics):
     y = relay.qnn.op.dense(x, w, const(128, "int32"), const(0, "int32"), const(0.05), const(0.01), units=6)
     cases.add(requantize(y, 0.0005, 0, 0.0001, -7, "int16"))
     cases.compare(tmp_path, numerics)
+
+
+def test_float_requantize_past_int32_stays_in_tvm(tmp_path, rng):
+    """A requantize whose value can pass int32 (an int32 input, scale ratio 2): TVM's float numerics
+    convert it with LLVM's fptosi, undefined there, so it stays in TVM for a float32 target and
+    without a target; for an int64 target it is offloaded, bit-exact."""
+    x = relay.var("x", shape=(2, 16), dtype="int32")
+    mod = module([x], requantize(x, 0.002, 0, 0.001, 0, "int8"))
+    for target in ("llvm -mcpu=skylake", None):
+        reason = stays_in_tvm(mod, "qnn.requantize", target=target)
+        assert "can reach 4.29e+09, past int32" in reason, reason
+    inputs = {"x": rng.integers(-2**31, 2**31, (2, 16), dtype=np.int64).astype("int32")}
+    want = run(build_and_load(mod, "llvm", tmp_path, "tvm_only"), inputs)
+    partitioned = partition_for_refcg(mod, target="llvm")
+    assert offload_report(partitioned).offloaded_ops["qnn.requantize"] == 1
+    assert np.array_equal(want[0], run(build_and_load(partitioned, "llvm", tmp_path, "refcg"), inputs)[0])
 
 
 def float_input(cases, shape, rng, scales, axis):

@@ -71,8 +71,8 @@ class BatchMatmul:
             check_scale(x_scale, "x scale"),
             check_scale(y_scale, "y scale"),
         ) or check_accumulator(  # run-time y: the dtype-range bound K * max|x - zx| * max|y - zy|
-            "qnn.batch_matmul", x, x_zp, y, y_zp, k, 0, ep.bias, None if y_values is None else y_values.reshape(-1, k)
-        ) or ep.reason(n, 2, 3)
+            "qnn.batch_matmul", x, x_zp, y, y_zp, k, 0, ep.bias, None if y_values is None else y_values.reshape(-1, k),
+            ep.requantize, ctx.target) or ep.reason(n, 2, 3)
         if reason is None and is_arm_cpu_aarch64(ctx.target) and _neon_question(ep.requantize, ctx.target):
             return ("aarch64: which loop of TVM-only's batch_matmul computes this requantize (NEON rounding) "
                     "is not modelled")

@@ -13,7 +13,7 @@ from ..packing import pack_conv2d_fast, pack_conv2d_weight
 from .base import (DTYPE_CODE, INT32_MAX, QUANT_DTYPES, Call, Step, check_elements, check_scale, check_zero_point,
                    const_value, constant_subgraph, constants, dtype_of, first_reason, folded_constant,
                    is_constant_subgraph, layout_dims, layout_strides, op_name, static_shape)
-from .epilogue import Epilogue, bias_of, requantize_of
+from .epilogue import Epilogue, bias_of, float_conversion_reason, requantize_of
 
 NAME = "conv2d"
 NEON_REQUANTIZE = True  # TVM-only may round its requantize with NEON on aarch64: plan takes ``ask``
@@ -40,8 +40,9 @@ def patterns() -> list:
 
 
 def check_accumulator(op: str, data, in_zp, weight, k_zp, reduction: int, out_axis: int, bias=None,
-                      values: np.ndarray | None = None) -> str | None:
-    """The int32 accumulator must not wrap: reject when the worst case of sum (x - zx)(w - zw) (+ bias) can.
+                      values: np.ndarray | None = None, requantize=None, target=None) -> str | None:
+    """The int32 accumulator must not wrap: reject when the worst case of sum (x - zx)(w - zw) (+ bias) can;
+    nor may ``requantize`` carry it past int32 in float numerics (epilogue.float_conversion_reason).
 
     With constant weights the bound is exact per output channel (max |x - zx| times sum |w - zw|);
     weights not folded yet (e.g. qnn.quantize(const)) get the dtype-range bound. ``values``: the
@@ -61,7 +62,7 @@ def check_accumulator(op: str, data, in_zp, weight, k_zp, reduction: int, out_ax
     bound += int(np.abs(b.astype(np.int64)).max(initial=0)) if b is not None else 0
     if bound > INT32_MAX:
         return f"{op} int32 accumulator can overflow (worst case {bound} over reduction length {reduction})"
-    return None
+    return float_conversion_reason(requantize, bound, target)
 
 
 def _padding(pad) -> tuple[int, int]:
@@ -91,9 +92,9 @@ class Conv2D:
         return [c for c in (*self.epilogue.calls(), self.conv, self.pad) if c is not None]
 
     def reason(self, ctx) -> str | None:
-        return self.conv_reason() or self.pad_reason()
+        return self.conv_reason(ctx.target) or self.pad_reason()
 
-    def conv_reason(self) -> str | None:
+    def conv_reason(self, target=None) -> str | None:
         """qnn.conv2d (+bias) + qnn.requantize (+clip) as ``refcg.conv2d`` computes it."""
         conv, ep = self.conv, self.epilogue
         attrs = conv.attrs
@@ -139,7 +140,8 @@ class Conv2D:
         w = const_value(weight)
         ohwi = None if w is None else pack_conv2d_weight(w, attrs.kernel_layout, groups, in_shape[axis])
         return check_accumulator("qnn.conv2d", data, in_zp, weight, k_zp, math.prod(w_shape) // channels, 0,
-                                 ep.bias, values=ohwi) or ep.requantize_reason(channels, axis, 4)
+                                 ep.bias, values=ohwi, requantize=ep.requantize, target=target) or \
+            ep.requantize_reason(channels, axis, 4)
 
     def pad_reason(self) -> str | None:
         """The pad folds into the conv's padding when it pads only H and W, by non-negative widths, with

@@ -67,7 +67,8 @@ class Dense:
             check_scale(k_scale, "kernel_scale"),
         )
         return reason or \
-            check_accumulator("qnn.dense", data, in_zp, weight, k_zp, static_shape(weight)[1], 0, ep.bias) or \
+            check_accumulator("qnn.dense", data, in_zp, weight, k_zp, static_shape(weight)[1], 0, ep.bias,
+                              requantize=ep.requantize, target=ctx.target) or \
             ep.reason(static_shape(dense)[1], 1, 2)
 
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:

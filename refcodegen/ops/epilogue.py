@@ -16,6 +16,30 @@ from .base import (QUANT_DTYPES, REQUANTIZE_DTYPES, check_clip, check_scale, che
                    static_shape)
 
 
+def float_conversion_reason(req, magnitude: int, target) -> str | None:
+    """Why ``req`` stays in TVM when |its input| can reach ``magnitude``: TVM's float requantize
+    (RequantizeLowerFP, src/relay/qnn/op/requantize.cc) converts the scaled value to int32 before
+    clamping it, and past the int32 range LLVM's fptosi is poison, so TVM-only's result depends on how
+    LLVM folded the clamp around it (measured, skylake: a value of 2.9e9 came out clamped to the high
+    bound, where the x86 conversion refcg reproduces gives INT32_MIN, then the low one). Only float
+    numerics; with no target given they may apply."""
+    if req is None:
+        return None
+    if target is not None:
+        _, compute = resolve_mode(req.attrs.rounding, req.attrs.compute_dtype, target)
+        if not compute.startswith("float"):
+            return None
+    _, in_scale, in_zp, out_scale, out_zp = req.args
+    ratio = float(np.max(const_value(in_scale).astype(np.float64)) / np.min(const_value(out_scale).astype(np.float64)))
+    zp_in, zp_out = int(const_value(in_zp).reshape(-1)[0]), int(const_value(out_zp).reshape(-1)[0])
+    worst = (magnitude + abs(zp_in)) * ratio + abs(zp_out) + 1
+    if worst < 2.0 ** 31:
+        return None
+    return (f"in float32/float64 numerics the requantized value can reach {worst:.3g}, past int32, where TVM-only's "
+            "conversion is undefined (LLVM fptosi)" + ("" if target is not None else
+                                                       " (give partition_for_refcg an int64 target to offload it)"))
+
+
 def bias_of(x):
     return is_op("nn.bias_add")(x, constant_subgraph()) | is_op("add")(x, constant_subgraph())
 

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from tvm.relay.dataflow_pattern import is_op, wildcard
 
-from .base import DTYPE_CODE, REQUANTIZE_DTYPES, Buffer, Call, Step, check_tensor, prod, static_shape
-from .epilogue import Epilogue, requantize_of
+from ..numerics import DTYPE_RANGE
+from .base import DTYPE_CODE, REQUANTIZE_DTYPES, Buffer, Call, Step, check_tensor, dtype_of, prod, static_shape
+from .epilogue import Epilogue, float_conversion_reason, requantize_of
 
 NAME = "requantize"
 NEON_REQUANTIZE = True
@@ -54,7 +55,9 @@ class Requantize:
             return reason
         shape = static_shape(req.args[0])
         axis = int(req.attrs.axis) % len(shape)
-        return self.epilogue.reason(shape[axis], axis, len(shape), require_requantize=True)
+        lo, hi = DTYPE_RANGE[dtype_of(req.args[0])]
+        return self.epilogue.reason(shape[axis], axis, len(shape), require_requantize=True) or \
+            float_conversion_reason(req, max(-lo, hi), ctx.target)
 
     def layout_ok(self, src_perms, dst_perm) -> bool:
         """Any layout its input and output share: [outer][channels][inner] around the axis there."""
