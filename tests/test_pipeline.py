@@ -88,6 +88,8 @@ def every_family(rng):
     x = relay.var("x", shape=(1, 4, 6, 6), dtype="int8")
     y = qconv_block(x, rng, in_c=4, out_c=4, input_scale=0.1)  # conv2d, requantized to scale 0.1
     y = relay.nn.max_pool2d(y, pool_size=(2, 2), strides=(2, 2))  # pool2d
+    y = relay.qnn.op.quantize(relay.image.resize2d(relay.qnn.op.dequantize(y, *q(0.1)), (3, 3), None, "NCHW",
+                                                   "nearest_neighbor", "asymmetric"), *q(0.1))  # qdq_resize (3 -> 3)
     y = relay.qnn.op.add(y, y, *q(0.1), *q(0.1), *q(0.2))  # binary
     y = relay.qnn.op.concatenate([y, y], [q(0.2)[0]] * 2, [q(0.2)[1]] * 2, *q(0.2), axis=1)  # concatenate
     y = relay.qnn.op.sigmoid(y, *q(0.2), *q(1 / 256, -128))  # lut

@@ -16,6 +16,27 @@ from .base import (QUANT_DTYPES, REQUANTIZE_DTYPES, check_clip, check_scale, che
                    static_shape)
 
 
+# ops whose result is no larger in magnitude than their (first) input: the integer means and pools of
+# refcg.reduce / refcg.pool2d (topi divides the int32 sum), data movement, clamps
+_BOUNDED_BY_INPUT = ("mean", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.adaptive_avg_pool2d", "nn.max_pool2d",
+                     "reshape", "squeeze", "expand_dims", "transpose", "nn.batch_flatten", "layout_transform")
+
+
+def value_bound(expr) -> int:
+    """A bound on |values| of an integer expression, from the ops that produced it (TFLite's MEAN and
+    PyTorch's pools reach a requantize as cast(8-bit) -> mean -> int32); else its dtype's range."""
+    name = op_name(expr)
+    if name == "cast" and dtype_of(expr.args[0]) in DTYPE_RANGE and dtype_of(expr) == "int32":
+        return value_bound(expr.args[0])  # a widening cast keeps the values
+    if name in _BOUNDED_BY_INPUT:
+        return value_bound(expr.args[0])
+    if name == "sum":
+        count = int(np.prod(static_shape(expr.args[0]))) // max(1, int(np.prod(static_shape(expr) or (1,))))
+        return value_bound(expr.args[0]) * count
+    lo, hi = DTYPE_RANGE.get(dtype_of(expr), DTYPE_RANGE["int32"])
+    return max(-lo, hi)
+
+
 def float_conversion_reason(req, magnitude: int, target) -> str | None:
     """Why ``req`` stays in TVM when |its input| can reach ``magnitude``: TVM's float requantize
     (RequantizeLowerFP, src/relay/qnn/op/requantize.cc) converts the scaled value to int32 before

@@ -6,9 +6,8 @@ from dataclasses import dataclass
 
 from tvm.relay.dataflow_pattern import is_op, wildcard
 
-from ..numerics import DTYPE_RANGE
-from .base import DTYPE_CODE, REQUANTIZE_DTYPES, Buffer, Call, Step, check_tensor, dtype_of, prod, static_shape
-from .epilogue import Epilogue, float_conversion_reason, requantize_of
+from .base import DTYPE_CODE, REQUANTIZE_DTYPES, Buffer, Call, Step, check_tensor, prod, static_shape
+from .epilogue import Epilogue, float_conversion_reason, requantize_of, value_bound
 
 NAME = "requantize"
 NEON_REQUANTIZE = True
@@ -55,9 +54,8 @@ class Requantize:
             return reason
         shape = static_shape(req.args[0])
         axis = int(req.attrs.axis) % len(shape)
-        lo, hi = DTYPE_RANGE[dtype_of(req.args[0])]
         return self.epilogue.reason(shape[axis], axis, len(shape), require_requantize=True) or \
-            float_conversion_reason(req, max(-lo, hi), ctx.target)
+            float_conversion_reason(req, value_bound(req.args[0]), ctx.target)
 
     def layout_ok(self, src_perms, dst_perm) -> bool:
         """Any layout its input and output share: [outer][channels][inner] around the axis there."""
