@@ -22,6 +22,10 @@ _BOUNDED_BY_INPUT = ("mean", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.adapti
                      "reshape", "squeeze", "expand_dims", "transpose", "nn.batch_flatten", "layout_transform")
 
 
+def _ratio(in_scale, out_scale) -> float:
+    return float(np.max(const_value(in_scale).astype(np.float64)) / np.min(const_value(out_scale).astype(np.float64)))
+
+
 def value_bound(expr) -> int:
     """A bound on |values| of an integer expression, from the ops that produced it (TFLite's MEAN and
     PyTorch's pools reach a requantize as cast(8-bit) -> mean -> int32); else its dtype's range."""
@@ -30,6 +34,11 @@ def value_bound(expr) -> int:
         return value_bound(expr.args[0])  # a widening cast keeps the values
     if name in _BOUNDED_BY_INPUT:
         return value_bound(expr.args[0])
+    if name == "qnn.requantize":  # to int32, as FakeQuantizationToInteger writes ONNX's pools
+        _, in_scale, in_zp, out_scale, out_zp = expr.args
+        worst = (value_bound(expr.args[0]) + abs(int(const_value(in_zp).reshape(-1)[0]))) * _ratio(in_scale, out_scale)
+        lo, hi = DTYPE_RANGE[dtype_of(expr)]
+        return min(max(-lo, hi), int(worst) + abs(int(const_value(out_zp).reshape(-1)[0])) + 1)
     if name == "sum":
         count = int(np.prod(static_shape(expr.args[0]))) // max(1, int(np.prod(static_shape(expr) or (1,))))
         return value_bound(expr.args[0]) * count
@@ -51,7 +60,7 @@ def float_conversion_reason(req, magnitude: int, target) -> str | None:
         if not compute.startswith("float"):
             return None
     _, in_scale, in_zp, out_scale, out_zp = req.args
-    ratio = float(np.max(const_value(in_scale).astype(np.float64)) / np.min(const_value(out_scale).astype(np.float64)))
+    ratio = _ratio(in_scale, out_scale)
     zp_in, zp_out = int(const_value(in_zp).reshape(-1)[0]), int(const_value(out_zp).reshape(-1)[0])
     worst = (magnitude + abs(zp_in)) * ratio + abs(zp_out) + 1
     if worst < 2.0 ** 31:
