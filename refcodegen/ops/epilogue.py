@@ -17,7 +17,7 @@ from .base import (QUANT_DTYPES, REQUANTIZE_DTYPES, check_clip, check_scale, che
 
 
 # ops whose result is no larger in magnitude than their (first) input: the integer means and pools of
-# refcg.reduce / refcg.pool2d (topi divides the int32 sum), data movement, clamps
+# refcg.reduce / refcg.pool2d (topi divides the int32 sum) and data movement
 _BOUNDED_BY_INPUT = ("mean", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.adaptive_avg_pool2d", "nn.max_pool2d",
                      "reshape", "squeeze", "expand_dims", "transpose", "nn.batch_flatten", "layout_transform")
 
@@ -34,7 +34,8 @@ def value_bound(expr) -> int:
         return value_bound(expr.args[0])  # a widening cast keeps the values
     if name in _BOUNDED_BY_INPUT:
         return value_bound(expr.args[0])
-    if name == "qnn.requantize":  # to int32, as FakeQuantizationToInteger writes ONNX's pools
+    if name == "qnn.requantize" and all(const_value(a) is not None for a in expr.args[1:]):
+        # to int32, as FakeQuantizationToInteger writes ONNX's pools
         _, in_scale, in_zp, out_scale, out_zp = expr.args
         worst = (value_bound(expr.args[0]) + abs(int(const_value(in_zp).reshape(-1)[0]))) * _ratio(in_scale, out_scale)
         lo, hi = DTYPE_RANGE[dtype_of(expr)]
