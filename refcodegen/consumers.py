@@ -185,7 +185,10 @@ class DequantizeUses:
         return self.cast_reasons.get(call.attrs) if call.attrs is not None else None
 
     def clip_reason(self, call) -> str | None:
-        """Why a composite whose result is this clip cannot leave TVM (``_clips_before_folded_casts``), or None."""
+        """Why a composite whose result is ``call`` cannot leave TVM when it is a clip
+        (``_clips_before_folded_casts``), or None."""
+        if _op_name(call) != "clip":
+            return None
         if not self.known:
             return f"its consumers are unknown ({self.failure})"
         return self.clip_reasons.get(call.attrs) if call.attrs is not None else None

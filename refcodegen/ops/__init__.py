@@ -80,8 +80,8 @@ def _predicate(pattern, parse, ctx: CheckContext):
         params = None
         try:
             params = parse(expr)
-            reason = folded_cast_input_reason(pattern, expr) or \
-                (ctx.dequantize_uses.clip_reason(expr) if op_name(expr) == "clip" else None) or params.reason(ctx)
+            reason = folded_cast_input_reason(pattern, expr) or ctx.dequantize_uses.clip_reason(expr) or \
+                params.reason(ctx)
         except Exception as err:  # noqa: BLE001  any bug in a check must leave the op in TVM
             text = str(err).strip().splitlines()
             last = text[-1][:200] if text else ""

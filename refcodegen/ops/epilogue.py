@@ -12,7 +12,7 @@ from tvm.relay.dataflow_pattern import is_op
 
 from ..numerics import (DTYPE_RANGE, Requantize, float_lowering, make_requantize, no_requantize, resolve_mode)
 from .base import (QUANT_DTYPES, REQUANTIZE_DTYPES, check_clip, check_scale, check_zero_point, const_value,
-                   constant_subgraph, constants, dtype_of, folded_constant, is_constant_subgraph, op_name,
+                   constant_subgraph, constants, dtype_of, folded_constant, is_constant_subgraph, op_name, scalar,
                    static_shape)
 
 
@@ -22,8 +22,11 @@ _BOUNDED_BY_INPUT = ("mean", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.adapti
                      "reshape", "squeeze", "expand_dims", "transpose", "nn.batch_flatten", "layout_transform")
 
 
-def _ratio(in_scale, out_scale) -> float:
-    return float(np.max(const_value(in_scale).astype(np.float64)) / np.min(const_value(out_scale).astype(np.float64)))
+def requantized_magnitude(req, magnitude: int) -> float:
+    """A bound on |req's result before its clamp| when |its input| <= ``magnitude``."""
+    _, in_scale, in_zp, out_scale, out_zp = req.args
+    ratio = float(np.max(const_value(in_scale).astype(np.float64)) / np.min(const_value(out_scale).astype(np.float64)))
+    return (magnitude + abs(int(scalar(in_zp)))) * ratio + abs(int(scalar(out_zp))) + 1
 
 
 def value_bound(expr) -> int:
@@ -36,10 +39,8 @@ def value_bound(expr) -> int:
         return value_bound(expr.args[0])
     if name == "qnn.requantize" and all(const_value(a) is not None for a in expr.args[1:]):
         # to int32, as FakeQuantizationToInteger writes ONNX's pools
-        _, in_scale, in_zp, out_scale, out_zp = expr.args
-        worst = (value_bound(expr.args[0]) + abs(int(const_value(in_zp).reshape(-1)[0]))) * _ratio(in_scale, out_scale)
         lo, hi = DTYPE_RANGE[dtype_of(expr)]
-        return min(max(-lo, hi), int(worst) + abs(int(const_value(out_zp).reshape(-1)[0])) + 1)
+        return min(max(-lo, hi), int(requantized_magnitude(expr, value_bound(expr.args[0]))))
     if name == "sum":
         count = int(np.prod(static_shape(expr.args[0]))) // max(1, int(np.prod(static_shape(expr) or (1,))))
         return value_bound(expr.args[0]) * count
@@ -60,10 +61,7 @@ def float_conversion_reason(req, magnitude: int, target) -> str | None:
         _, compute = resolve_mode(req.attrs.rounding, req.attrs.compute_dtype, target)
         if not compute.startswith("float"):
             return None
-    _, in_scale, in_zp, out_scale, out_zp = req.args
-    ratio = _ratio(in_scale, out_scale)
-    zp_in, zp_out = int(const_value(in_zp).reshape(-1)[0]), int(const_value(out_zp).reshape(-1)[0])
-    worst = (magnitude + abs(zp_in)) * ratio + abs(zp_out) + 1
+    worst = requantized_magnitude(req, magnitude)
     if worst < 2.0 ** 31:
         return None
     return (f"in float32/float64 numerics the requantized value can reach {worst:.3g}, past int32, where TVM-only's "
