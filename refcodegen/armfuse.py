@@ -45,6 +45,9 @@ ELEMWISE = ("refcg.binary", "refcg.requantize")
 # refcg.copy kernels of one elementwise/broadcast op (kElemWise/kBroadcast in TVM): like bias_add
 # after a conv, FuseOps puts them into the group of the conv/dense/pool they follow
 ELEMWISE_COPY_OPS = ("cast", "clip", "maximum", "minimum")
+# elementwise in TVM-only without a requantize of their own (float ops on each value): an anchor's
+# group grows through them into the requantizes that follow
+ELEMWISE_PASS = ("refcg.quantize", "refcg.lut")
 ANCHORS = ("refcg.conv2d", "refcg.dense", "refcg.pool2d")
 
 
@@ -108,7 +111,7 @@ class FusionContext:
             return tvm_aarch64_lanes(self.target, "dense", channels=_shape(call)[-1])
         if kind == "refcg.pool2d":
             return tvm_aarch64_lanes(self.target, "pool")
-        if kind in ELEMWISE or (kind == "refcg.copy" and op_name(body) in ELEMWISE_COPY_OPS):
+        if kind in ELEMWISE or kind in ELEMWISE_PASS or (kind == "refcg.copy" and op_name(body) in ELEMWISE_COPY_OPS):
             absorbed = self._absorbed_by(call)
             return self._anchor_lanes(absorbed) if absorbed is not None else None
         return None
@@ -122,8 +125,11 @@ class FusionContext:
 
     def _absorbed_by(self, call):
         """The anchored producer whose group takes this elementwise composite, if any:
-        an operand of the same shape whose producer is anchored and read only here."""
+        an operand of the same shape whose producer is anchored and read only here. An operand
+        TVM computes outside the partition may be an anchor's (nn.softmax is one): not known here."""
         for arg in call.args:
+            if isinstance(arg, relay.Var) and not self.graph_input.get(arg):
+                raise Unknown("its operand is computed by TVM outside the partition")
             if (_composite(arg) and _same(self._single_reader(arg), call) and _shape(arg) == _shape(call)
                     and self._anchor_lanes(arg) is not None):
                 return arg
