@@ -16,8 +16,10 @@ from .build_target import resolve_build_target
 from .emit import core_source, render
 from .errors import RefcgError
 from .ops import COMPILER
+from .partition import TARGET_ATTR
 from .plan import build_plan
 from .scoped_fold import scoped_fold
+from .stagewise import refuse_tangles
 from .armfuse import keep_boundaries
 
 
@@ -26,6 +28,8 @@ def generate_c(func) -> tuple[str, str]:
     symbol = str(func.attrs["global_symbol"])
     target = resolve_build_target(func)
     folded = keep_boundaries(func, scoped_fold(func))
+    if not (func.attrs and func.attrs.get(TARGET_ATTR)):
+        refuse_tangles(folded, target, symbol)  # partitioned without target=: the checks could not
     return symbol, render(build_plan(folded, symbol, target))
 
 

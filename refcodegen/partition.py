@@ -9,6 +9,7 @@ from tvm.relay.build_module import bind_params_by_name
 
 from .armfuse import FusionContext, keep_boundaries, tag_boundaries
 from .numerics import is_arm_cpu_aarch64
+from .stagewise import tangled_composites
 from .ops import COMPILER, CheckContext, family_of, pattern_table
 from .ops.quantize import SCALE_LOADED_ATTR
 from .plan import build_plan
@@ -72,6 +73,7 @@ def partition_for_refcg(mod, params=None, *, target=None, fold_batch_norm: bool 
         mod = relay.transform.MergeComposite(pattern_table(ctx))(mod)
         mod = _map_composites(mod, lambda call, _: _mark_loaded_scale(call, ctx))
         mod = _keep_loaded_scales_shared(mod, ctx)
+        mod = _keep_stagewise_kernels_together(mod, ctx)
         if is_arm_cpu_aarch64(target):
             mod = _partition_aarch64(mod, ctx)
         else:
@@ -181,6 +183,23 @@ def _keep_loaded_scales_shared(mod, ctx: CheckContext):
             return call
         ctx.rejections.record(_members(call), "reads the rank-0 scale constant of a qnn.quantize left in TVM: "
                               "TVM-only divides by it only while several kernels read it")
+        return _inlined(call)
+
+    return _map_composites(mod, keep)
+
+
+def _keep_stagewise_kernels_together(mod, ctx: CheckContext):
+    """Composites TVM-only computes inside a conv kernel that rounds every stage apart stay in TVM,
+    with that conv (stagewise.tangled_composites)."""
+    tangled = tangled_composites(mod["main"], ctx.target)
+    if not tangled:
+        return mod
+
+    def keep(call, _):
+        reason = tangled.get(call.op)
+        if reason is None:
+            return call
+        ctx.rejections.record(_members(call), reason)
         return _inlined(call)
 
     return _map_composites(mod, keep)

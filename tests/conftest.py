@@ -36,8 +36,10 @@ def build_and_load(mod, target, tmp_path, name, params=None, **export):
 
 
 def compare_with_tvm(mod, inputs: dict, tmp_path, target=TARGET_LLVM, params=None,
-                     expect_partitions: int | None = None, outputs: list | None = None, **partition_options):
+                     expect_partitions: int | None = None, outputs: list | None = None,
+                     partition_target: bool = False, **partition_options):
     """Build ``mod`` TVM-only and with refcg for ``target``; assert bit-exact outputs.
+    ``partition_target``: partition for ``target`` too (``partition_for_refcg(target=)``).
 
     Returns the partitioned module so callers can inspect it; the refcg outputs are appended
     to ``outputs`` when given (to compare them with another runtime). A module refcg should leave
@@ -45,6 +47,8 @@ def compare_with_tvm(mod, inputs: dict, tmp_path, target=TARGET_LLVM, params=Non
     """
     assert expect_partitions != 0, "expecting no partition: stays_in_tvm(mod, op) checks it without building"
     reference = run(build_and_load(mod, target, tmp_path, "tvm_only", params), inputs)
+    if partition_target:
+        partition_options["target"] = target
     partitioned = partition_for_refcg(mod, params, **partition_options)
     found = len(refcg_functions(partitioned))
     if expect_partitions is not None:

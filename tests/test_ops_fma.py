@@ -1,13 +1,19 @@
 """Float requantize at rounding boundaries (tests/fma_cases.py) against TVM-only, bit-exact: conv,
 dense, requantize, qnn.mul and qnn.add, per-tensor and per-channel, under targets whose LLVM code
-fuses the multiply-add (FMA) and targets that do not, with and without sse4.1 (numerics.float_form)."""
+fuses the multiply-add (FMA) and targets that do not, with and without sse4.1 (numerics.float_form);
+the convs TVM-only computes stage by stage (refcodegen/stagewise.py), with the rule read from its IR."""
+import re
+
 import numpy as np
 import pytest
+import tvm
 from tvm import relay
 
 import fma_cases as fc
 from conftest import random_int
-from test_ops_common import NUMERICS, Cases, const
+from models import module, qconv_block
+from refcodegen import RefcgError, offload_report, partition_for_refcg
+from test_ops_common import NUMERICS, Cases, compare, const, qadd
 
 # (target, requantize_config); conv/dense/requantize carry both roundings as attributes,
 # qnn.add/mul follow the config
@@ -107,6 +113,7 @@ def test_float_requantize_boundaries_match_tvm(tmp_path, rng, numerics):
     dense_cases(cases, rng)
     requantize_cases(cases, rng)
     binary_cases(cases, rng)
+    stagewise_conv_cases(cases, rng)
     cases.compare(tmp_path, FMA_NUMERICS[numerics])
 
 
@@ -138,3 +145,93 @@ def test_boundary_cases_separate_fused_and_unfused():
                 checked += 1
     assert checked == 2 * 16 + 20
 
+
+
+def stagewise_conv_cases(cases: Cases, rng):
+    """1x1 convs TVM-only schedules stage by stage on x86 (stagewise.conv_stagewise): depthwise NHWC,
+    grouped NHWC and dilated depthwise NCHW; unit weights make channel k accumulate bias[k] + x[k]."""
+    for zp in fc.PER_CHANNEL:
+        for rounding in ROUNDINGS:
+            bias, channels = fc.per_channel_accs(zp, rounding), len(fc.PER_CHANNEL[zp])
+            for layout, groups, dilation in (("NHWC", channels, 1), ("NHWC", channels // 2, 1), ("NCHW", channels, 2)):
+                per_group, axis = channels // groups, layout.index("C")
+                one = all_int8((1, 16, 16, 1) if layout == "NHWC" else (1, 1, 16, 16))
+                x = cases.var(np.broadcast_shapes(one.shape, (1, 1, 1, channels) if axis == 3 else (1, channels, 1, 1)),
+                              "int8", rng)
+                cases.inputs[x.name_hint] = np.broadcast_to(one, x.type_annotation.concrete_shape).copy()
+                unit = (np.arange(per_group)[:, None] == np.arange(channels)[None, :] % per_group).astype(np.int8)
+                if layout == "NCHW":
+                    weight, kernel_layout = unit.T[:, :, None, None], "OIHW"
+                elif groups == channels:
+                    weight, kernel_layout = unit.T.reshape(1, 1, channels, 1), "HWOI"  # TFLite's depthwise
+                else:
+                    weight, kernel_layout = unit[None, None], "HWIO"
+                y = relay.qnn.op.conv2d(x, relay.const(weight), const(0, "int32"), const(0, "int32"), const(1.0),
+                                        const(1.0), kernel_size=(1, 1), channels=channels, groups=groups,
+                                        dilation=(dilation, dilation), data_layout=layout, kernel_layout=kernel_layout)
+                y = relay.nn.bias_add(y, relay.const(bias), axis=axis)
+                cases.add(requantize(y, fc.per_channel_scales(zp), zp, axis=axis, rounding=rounding))
+
+
+ARM_NEON = "llvm -keys=arm_cpu,cpu -device=arm_cpu -mattr=+neon -mtriple=aarch64-linux-gnu"
+# (target, layout, kernel layout, in channels, groups, dilation): one row per branch of conv_stagewise
+STAGEWISE_BRANCHES = [
+    ("llvm -mcpu=skylake", "NHWC", "HWOI", 8, 8, 1), ("llvm -mcpu=skylake", "NHWC", "HWIO", 8, 4, 1),
+    ("llvm -mcpu=skylake", "NHWC", "HWIO", 8, 1, 1), ("llvm -mcpu=skylake", "NCHW", "OIHW", 8, 8, 1),
+    ("llvm -mcpu=skylake", "NCHW", "OIHW", 8, 8, 2), ("llvm -mcpu=skylake", "NCHW", "OIHW", 8, 4, 2),
+    (ARM_NEON, "NHWC", "HWIO", 8, 4, 1), (ARM_NEON, "NHWC", "HWOI", 8, 8, 1), (ARM_NEON, "NHWC", "HWIO", 8, 8, 1),
+    (ARM_NEON, "NCHW", "OIHW", 8, 8, 2),
+]
+
+
+@pytest.mark.parametrize("target,layout,kernel_layout,channels,groups,dilation", STAGEWISE_BRANCHES)
+def test_stagewise_rule_reads_like_tvm_llvm_ir(target, layout, kernel_layout, channels, groups, dilation):
+    """conv_stagewise against TVM-only's LLVM IR of a 3x3 conv + float32 requantize (UPWARD, zp 5: a
+    multiply and an add): inlined, the two are one llvm.fmuladd; stage by stage, an fmul stored apart."""
+    from refcodegen.stagewise import conv_stagewise
+
+    shape = (1, 8, 8, channels) if layout == "NHWC" else (1, channels, 8, 8)
+    dims = {"O": channels, "I": channels // groups, "H": 3, "W": 3}
+    if kernel_layout == "HWOI":
+        dims = {"H": 3, "W": 3, "O": channels, "I": 1}
+    weight = np.ones([dims[d] for d in kernel_layout], np.int8)
+    x = relay.var("x", shape=shape, dtype="int8")
+    conv = relay.qnn.op.conv2d(x, relay.const(weight), const(3, "int32"), const(0, "int32"), const(0.05),
+                               const(0.01), kernel_size=(3, 3), channels=channels, groups=groups, padding=(1, 1),
+                               dilation=(dilation, dilation), data_layout=layout, kernel_layout=kernel_layout)
+    y = relay.qnn.op.requantize(conv, const(0.0005), const(0, "int32"), const(0.1), const(5, "int32"),
+                                rounding="UPWARD", compute_dtype="float32", axis=layout.index("C"))
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+    with tvm.transform.PassContext(opt_level=3):
+        ir = relay.build(mod, target=target).get_lib().get_source("ll")
+    fused = re.search(r"call [^\n]*@llvm\.fmuladd", ir) is not None
+    stagewise_ir = not fused and " = fmul " in ir
+    assert fused != stagewise_ir, "neither form in the IR"
+    rule = conv_stagewise(tvm.target.Target(target), mod["main"].body.args[0])
+    assert (rule is not None) == stagewise_ir, (rule, target)
+
+
+def test_what_a_stagewise_conv_kernel_computes_stays_in_tvm_with_it(tmp_path, rng):
+    """A depthwise NHWC conv read by a qnn.add: on an FMA target TVM-only computes the add's requantizes
+    in the conv's kernel, stage by stage, where refcg's add kernel would fuse them: both stay in TVM.
+    A depthwise conv read by nothing that rounds is offloaded; without FMA nothing stays."""
+    x, other, lone = (relay.var(n, shape=(1, 8, 8, 16), dtype="int8") for n in ("x", "other", "lone"))
+    inputs = {v.name_hint: random_int(rng, (1, 8, 8, 16), "int8") for v in (x, other, lone)}
+
+    def dw(data):
+        return qconv_block(data, rng, in_c=16, out_c=16, groups=16, layout="NHWC", per_channel=True,
+                           output_zp=5, rounding="UPWARD", input_scale=0.05, output_scale=0.1)
+
+    mod = module([x, other, lone], relay.Tuple([qadd(dw(x), other, 0.1, 5, 0.1, 0, 0.2, 3), dw(lone)]))
+    (tmp_path / "fma").mkdir(), (tmp_path / "nofma").mkdir()
+    report = offload_report(compare(mod, inputs, tmp_path / "fma", "float32", partition_target=True))
+    reasons = {name: reason for name, _, reason in report.stayed}
+    assert "also computes the refcg.binary after it" in reasons["qnn.conv2d"], report
+    assert "stays in TVM with the conv" in reasons["qnn.add"], report
+    assert report.offloaded_ops["qnn.conv2d"] == 1, report
+    report = offload_report(compare(mod, inputs, tmp_path / "nofma", "float32-nofma", partition_target=True))
+    assert report.offloaded_ops["qnn.conv2d"] == 2 and "qnn.add" not in report.stayed_ops, report
+    # partitioned without the target, the FMA build refuses instead of rounding the add wrongly
+    with pytest.raises(RefcgError, match="stage by stage.*pass target="):
+        with tvm.transform.PassContext(opt_level=3):
+            relay.build(partition_for_refcg(mod), target=NUMERICS["float32"][0])

@@ -299,7 +299,8 @@ def build_child(name: str, target: str, path: str, refcg: bool) -> None:
     if refcg:
         from refcodegen import partition_for_refcg
 
-        mod = partition_for_refcg(mod, fold_batch_norm=not zoo_workload(name))  # zoo: prepared already
+        # zoo: prepared already; the target decides what stays in TVM (stagewise convs, tables)
+        mod = partition_for_refcg(mod, target=target, fold_batch_norm=not zoo_workload(name))
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target=target)
     lib.export_library(path)

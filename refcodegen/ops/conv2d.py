@@ -10,6 +10,7 @@ from tvm.relay.dataflow_pattern import is_constant, is_op, wildcard
 
 from ..numerics import DTYPE_RANGE
 from ..packing import pack_conv2d_fast, pack_conv2d_weight
+from ..stagewise import conv_stagewise
 from .base import (DTYPE_CODE, INT32_MAX, QUANT_DTYPES, Call, Step, check_elements, check_scale, check_zero_point,
                    const_value, constant_subgraph, constants, dtype_of, first_reason, folded_constant,
                    is_constant_subgraph, layout_dims, layout_strides, op_name, static_shape)
@@ -210,7 +211,8 @@ class Conv2D:
         fast = pack_conv2d_fast(packed, params, dtype_of(data), bias) if dst.dtype != "int16" else None
         gemm = fast.gemm if fast is not None else None
         values = {
-            "params": params, "bias": bias, "requant": self.epilogue.requant(target, ask),
+            "params": params, "bias": bias,
+            "requant": self.epilogue.requant(target, ask, conv_stagewise(target, self.conv) is not None),
             # the reference layout is not stored when every variant (scalar included) runs the packed GEMM
             "weight": packed if gemm is None else None,
             "gemm": gemm, "depthwise": fast if fast is not None and gemm is None else None,

@@ -10,7 +10,8 @@ import numpy as np
 from tvm import relay
 from tvm.relay.dataflow_pattern import is_op
 
-from ..numerics import (DTYPE_RANGE, Requantize, float_lowering, make_requantize, no_requantize, resolve_mode)
+from ..numerics import (DTYPE_RANGE, FloatLowering, Requantize, float_lowering, make_requantize, no_requantize,
+                        resolve_mode)
 from .base import (QUANT_DTYPES, REQUANTIZE_DTYPES, check_clip, check_scale, check_zero_point, const_value,
                    constant_subgraph, constants, dtype_of, folded_constant, is_constant_subgraph, op_name, scalar,
                    static_shape)
@@ -142,11 +143,12 @@ class Epilogue:
             return None
         return folded_constant(self.bias.args[1], op, "bias").reshape(-1).astype("int32")
 
-    def requant(self, target, ask=None) -> Requantize:
-        """The requantize (+clip) constants under the build target; the identity without a requantize."""
+    def requant(self, target, ask=None, stagewise: bool = False) -> Requantize:
+        """The requantize (+clip) constants under the build target; the identity without a requantize.
+        ``stagewise``: TVM-only rounds each of its float operations apart (stagewise.conv_stagewise)."""
         if self.requantize is None:
             return no_requantize()
-        return requantize_step(self.requantize, self.clip, target, ask)
+        return requantize_step(self.requantize, self.clip, target, ask, stagewise)
 
 
 def check_bias(bias, channels: int, axis: int, rank: int) -> str | None:
@@ -204,10 +206,11 @@ def q31x4(rounding: str, compute: str, in_scale, out_scale, ask) -> bool:
     return ask()
 
 
-def requantize_step(req, clip, target, ask=None) -> Requantize:
+def requantize_step(req, clip, target, ask=None, stagewise: bool = False) -> Requantize:
     """The Requantize constants of a ``qnn.requantize`` call (+clip) under the build target.
 
-    ``ask``: the aarch64 rounding question for this requantize (see ``q31x4``)."""
+    ``ask``: the aarch64 rounding question for this requantize (see ``q31x4``); ``stagewise``: no FMA
+    contraction whatever the target."""
     _, in_scale, in_zp, out_scale, out_zp = req.args
     rounding, compute = resolve_mode(req.attrs.rounding, req.attrs.compute_dtype, target)
     neon = q31x4(rounding, compute, const_value(in_scale), const_value(out_scale), ask)
@@ -216,5 +219,10 @@ def requantize_step(req, clip, target, ask=None) -> Requantize:
     return make_requantize(
         const_value(in_scale), const_value(out_scale),
         int(const_value(in_zp).reshape(-1)[0]), int(const_value(out_zp)),
-        req.attrs.out_dtype, rounding, compute, clip_range, float_lowering(target),
+        req.attrs.out_dtype, rounding, compute, clip_range, _lowering(target, stagewise),
     )
+
+
+def _lowering(target, stagewise: bool) -> FloatLowering:
+    lowering = float_lowering(target)
+    return FloatLowering(lowering.sse41, False) if stagewise else lowering

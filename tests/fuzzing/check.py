@@ -157,11 +157,12 @@ def _nothing(undefined: list, unbuildable: list, refused: list = ()) -> dict:
 
 def refcg_build(specs: list[ChainSpec], numerics: str, merge: bool, mod=None):
     """(refcg library, partitioned module) of ``specs`` (``mod``: their module when already built).
-    ARM numerics pass the target to partition_for_refcg, as a cross-compiling user must (lookup tables
-    and softmax cannot be computed for it here: they stay in TVM with that reason)."""
+    The target goes to partition_for_refcg, as the README asks: a cross-compiling user must (lookup
+    tables and softmax cannot be computed for aarch64 here: they stay in TVM with that reason), and on
+    FMA targets what TVM-only computes in a stage-by-stage conv kernel stays in TVM (stagewise.py)."""
     target = ALL_NUMERICS[numerics][0]
     mod = build_batch(specs, numerics)[0] if mod is None else mod
-    partitioned = partition_for_refcg(mod, target=target if numerics in ARM_NUMERICS else None)
+    partitioned = partition_for_refcg(mod, target=target)
     if merge:
         partitioned = merge_partitions(partitioned)
     with tvm.transform.PassContext(opt_level=3):

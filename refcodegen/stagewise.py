@@ -1,0 +1,180 @@
+"""TVM-only's conv kernels that round every stage apart: which convs, and what must stay in TVM with them.
+
+TVM 0.19 schedules some conv2d variants with ``topi.generic.default_schedule(outs, auto_inline=False)``
+(python/tvm/topi/generic/default.py:23-34 at v0.19.0): each op FuseOps put into the conv's kernel (bias
+add, the requantize's cast, multiply, add and floor, a clip, a residual add ...) is its own loop nest over
+a materialized tensor. The other schedules inline those ops into the output loop, where LowerIntrin turns
+a float ``a * b + c`` into one fma (src/tir/transforms/lower_intrin.cc:87-93, llvm.fmuladd:
+src/target/llvm/intrin_rule_llvm.cc:50-51) that an FMA target rounds once. So in such a kernel a float
+requantize's multiply and add round twice, even on FMA targets.
+
+The generic-scheduled variants (relay/op/strategy/x86.py and arm_cpu.py; depthwise: in channels ==
+out channels == groups, strategy/generic.py:92-95):
+
+- x86 strategy (targets without the ``arm_cpu`` key): depthwise NHWC (x86.py:228-237 ->
+  topi/generic/nn.py:433-446), grouped NHWC (x86.py:248-257 -> nn.py:516-530), depthwise NCHW with a
+  dilation (x86.py:209-224 -> nn.py:416-430; without one, x86's own schedule in NCHWc inlines);
+- arm_cpu strategy: grouped NHWC (arm_cpu.py:414-421); its depthwise NHWC schedules inline
+  (topi/generic/conv2d.py:395-420, topi/arm_cpu/depthwise_conv2d.py:288).
+
+Read from TVM-only's LLVM IR (an fmul stored to a buffer vs. llvm.fmuladd) for every branch:
+tests/test_ops_fma.py. refcg's conv kernel rounds its own requantize the same way (``conv_stagewise``).
+Whatever else FuseOps puts into such a kernel, refcg cannot round like it from another kernel, so
+``tangled_composites`` finds it and the conv stays in TVM with it.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relay
+
+from .errors import RefcgError
+from .numerics import float_lowering
+
+# kernels TVM fuses only as anchors or reductions (TOpPattern >= kCommReduce): a conv's kernel stops there
+_STOPS = ("refcg.conv2d", "refcg.dense", "refcg.pool2d", "refcg.batch_matmul", "refcg.reduce",
+          "refcg.softmax", "refcg.float_softmax")
+# integer data movement: rounds nothing itself
+_EXACT = ("refcg.copy",)
+
+
+def conv_stagewise(target, conv) -> str | None:
+    """The generic-scheduled variant TVM-only builds ``conv`` (a qnn.conv2d call) with for ``target``,
+    e.g. "depthwise NHWC", or None when its schedule inlines the ops after it."""
+    if target is None or str(target.kind) != "llvm":
+        return None
+    attrs = conv.attrs
+    layout = str(attrs.data_layout)
+    groups = int(attrs.groups)
+    if groups == 1 or layout not in ("NCHW", "NHWC"):
+        return None
+    in_c = int(conv.args[0].checked_type.shape[layout.index("C")])
+    out_c = int(conv.checked_type.shape[layout.index("C")])
+    depthwise = in_c == out_c == groups
+    kind = "depthwise" if depthwise else "grouped"
+    if "arm_cpu" in target.keys:
+        return f"{kind} {layout}" if layout == "NHWC" and not depthwise else None
+    if layout == "NHWC":
+        return f"{kind} {layout}"
+    dilated = any(int(d) != 1 for d in attrs.dilation)
+    return "depthwise NCHW dilated" if depthwise and dilated else None
+
+
+def _composite(expr) -> str | None:
+    if isinstance(expr, relay.Call) and isinstance(expr.op, relay.Function) and expr.op.attrs:
+        return str(expr.op.attrs.get("Composite", "")) or None
+    return None
+
+
+def _op_name(expr) -> str | None:
+    return expr.op.name if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) else None
+
+
+def _fusable_op(name: str) -> bool:
+    """Elementwise, broadcast or injective (TOpPattern <= kInjective), or a qnn unary op (no pattern:
+    canonicalized to elementwise ops). Injective ops included: over-approximates FuseOps' growth."""
+    pattern = tvm.ir.Op.get(name).get_attr("TOpPattern")
+    if pattern is None:
+        return name.startswith("qnn.") and name != "qnn.softmax"
+    return int(pattern) <= 2
+
+
+def _grows_into(expr) -> bool:
+    """Whether a conv's kernel may grow into ``expr`` (its reader)."""
+    if isinstance(expr, (relay.Tuple, relay.TupleGetItem)):
+        return True
+    kind = _composite(expr)
+    if kind is not None:
+        return kind not in _STOPS
+    name = _op_name(expr)
+    return name is not None and _fusable_op(name)
+
+
+def _rounds(expr) -> bool:
+    """Whether ``expr`` computes with floats where fusion changes the rounding: any qnn op, any float
+    result, any composite but integer data movement."""
+    kind = _composite(expr)
+    if kind is not None:
+        return kind not in _EXACT
+    if isinstance(expr, relay.Call):
+        name = _op_name(expr) or ""
+        return name.startswith("qnn.") or str(expr.checked_type.dtype).startswith("float")
+    return False
+
+
+def tangled_composites(main: relay.Function, target) -> dict:
+    """``{composite Function: reason}`` for the composite calls of ``main`` (after MergeComposite) that must
+    stay in TVM: for each conv TVM-only computes stage by stage (``conv_stagewise``) on an FMA target,
+    everything its kernel may grow into, when any of that rounds; and the conv's own composite then.
+    Left in TVM together, they are fused as TVM-only fuses them."""
+    if target is None or not float_lowering(target).fma:
+        return {}  # without FMA, stage by stage and inlined round alike
+    readers: dict = {}
+
+    def visit(node):
+        if isinstance(node, relay.Call):
+            children = node.args
+        elif isinstance(node, relay.Tuple):
+            children = node.fields
+        elif isinstance(node, relay.TupleGetItem):
+            children = [node.tuple_value]
+        else:
+            children = []
+        for child in children:
+            readers.setdefault(child, []).append(node)
+
+    relay.analysis.post_order_visit(main.body, visit)
+    from .ops.conv2d import Conv2D  # the ops package imports numerics, as this module does
+
+    tangled = {}
+    for node in list(readers) + [main.body]:
+        kind = _composite(node)
+        conv = Conv2D.parse(node.op.body).conv if kind == "refcg.conv2d" else \
+            node if _op_name(node) == "qnn.conv2d" else None
+        variant = conv_stagewise(target, conv) if conv is not None else None
+        if variant is None:
+            continue
+        region, todo = [], [node]
+        while todo:
+            for reader in readers.get(todo.pop(), []):
+                if _grows_into(reader) and not any(reader.same_as(r) for r in region):
+                    region.append(reader)
+                    todo.append(reader)
+        rounding = [r for r in region if _rounds(r)]
+        if not rounding:
+            continue
+        first = _composite(rounding[0]) or _op_name(rounding[0]) or type(rounding[0]).__name__
+        why = (f"TVM-only computes it in one kernel with a {variant} qnn.conv2d, whose generic schedule rounds "
+               "every stage apart (no FMA contraction): it stays in TVM with the conv")
+        for reader in region:
+            if _composite(reader) is not None:
+                tangled[reader.op] = why
+        if kind is not None:
+            tangled[node.op] = (f"TVM-only's kernel of this {variant} conv (generic schedule, every stage rounded "
+                                f"apart) also computes the {first} after it: they stay in TVM together")
+    return tangled
+
+
+def refuse_tangles(func: relay.Function, target, symbol: str):
+    """For a partition made without ``target=``: raise where ``tangled_composites`` would have left
+    composites in TVM, as far as the partition shows it (its own composites; a stagewise conv's result
+    that TVM reads). A TVM conv feeding the partition is not seen here."""
+    from .armfuse import OUTPUTS_ATTR  # armfuse imports the ops package
+
+    if tangled_composites(func, target):
+        raise RefcgError(symbol, "target", "it holds ops that TVM-only computes stage by stage in a depthwise or "
+                                           "grouped conv's kernel (no FMA contraction); pass target= to "
+                                           "partition_for_refcg to keep them in TVM")
+    if target is None or not float_lowering(target).fma:
+        return
+    from .ops.conv2d import Conv2D
+
+    fields = list(func.body.fields) if isinstance(func.body, relay.Tuple) else [func.body]
+    flags = func.attrs.get(OUTPUTS_ATTR) if func.attrs else None
+    for i, field in enumerate(fields):
+        if _composite(field) != "refcg.conv2d" or (flags is not None and int(flags[i])):
+            continue
+        variant = conv_stagewise(target, Conv2D.parse(field.op.body).conv)
+        if variant is not None:
+            raise RefcgError(symbol, "target", f"TVM reads the result of a {variant} qnn.conv2d, whose TVM-only kernel "
+                                               "may compute its readers stage by stage; pass target= to "
+                                               "partition_for_refcg to keep them in TVM")
