@@ -247,6 +247,8 @@ class FusionContext:
     def q31x4(self, call, operand: int | None = None) -> bool:
         """Does TVM-only compute ``call``'s requantize (of its argument ``operand`` for binary and
         concatenate inputs) on int32x4 vectors, i.e. with the NEON double rounding?"""
+        if operand is not None and isinstance(call.args[operand], relay.Constant):
+            return False  # TVM-only's FoldConstant computes a constant's requantize on the build host: once rounded
         try:
             kind = _composite(call)
             if kind in ELEMWISE and self._after_concatenate(call):

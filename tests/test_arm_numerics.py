@@ -263,6 +263,30 @@ def pool_minimum_mul():
     return build_batch([spec], "aarch64-neon")[0]
 
 
+def test_a_constant_operand_is_requantized_at_compile_time():
+    """Found 2026-12-02 by make fuzz-arm on 732be60 (seed 4500, aarch64-dotprod, 1 LSB): quantize ->
+    qnn.hardswish -> qnn.add with a constant operand (4 channels: an injective kernel of 4 lanes).
+    TVM-only's FoldConstant requantizes the constant when it builds (on the host: one rounding), so its
+    kernel has no q_multiply_shift for it; refcg rounded it at run time with NEON."""
+    from fuzzing.chains import ChainSpec, build_batch
+
+    spec = ChainSpec(shape=(1, 13, 13, 4), layout="NHWC", dtype="float32", scale=0.007321823853999376, zp=0,
+                     seed=10653, ops=[
+                         {"op": "quantize", "axis": -1, "per_axis": False, "out_dtype": "uint8", "out_scale": 0.5,
+                          "out_zp": 103},
+                         {"op": "lut", "form": "qnn.hardswish", "alpha": 0.01, "out_dtype": "uint8",
+                          "out_scale": 0.004869697615504265, "out_zp": 255},
+                         {"op": "binary", "kind": "add", "other": (13, 13, 4), "flip": False, "const": True,
+                          "o_scale": 0.0013606605352833867, "o_zp": 128, "out_scale": 0.003851078450679779,
+                          "out_zp": 0, "clip": (26, 77)}])
+    mod = build_batch([spec], "aarch64-dotprod")[0]
+    _, lanes = tvm_qms_lanes(mod, TARGET_DOTPROD)
+    _, neon = refcg_qms(mod, TARGET_DOTPROD)
+    folded = set(neon) - set(lanes)
+    assert len(neon) == 2 and len(folded) == 1 and all(neon[key] == {False} for key in folded), (lanes, neon)
+    assert all(neon[key] == {n == 4 for n in tvm} for key, tvm in lanes.items()), (lanes, neon)
+
+
 def test_an_elementwise_copy_after_a_pool_joins_its_kernel():
     mod = pool_minimum_mul()
     _, lanes = tvm_qms_lanes(mod, TARGET_NEON)
