@@ -161,6 +161,12 @@ class FloatLowering:
 SSE41_NO_FMA = FloatLowering(sse41=True, fma=False)
 
 
+def without_fma(lowering: FloatLowering) -> FloatLowering:
+    """``lowering`` where TVM-only rounds the multiply and the add apart whatever the target: a kernel
+    computed stage by stage (stagewise.py), or a constant folded on the host target (base.folded_operand)."""
+    return FloatLowering(lowering.sse41, False)
+
+
 def float_lowering(target) -> FloatLowering:
     """FloatLowering of ``target`` (None: an sse4.1 target without FMA)."""
     if target is None or str(target.kind) != "llvm":

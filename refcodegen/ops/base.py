@@ -340,6 +340,14 @@ def param_index(func: relay.Function, expr) -> int | None:
     return next((i for i, param in enumerate(func.params) if param.same_as(expr)), None)
 
 
+def folded_operand(func: relay.Function, srcs: list, expr) -> bool:
+    """Whether a composite-body operand is a constant (in the body, or the constant argument ``srcs`` holds):
+    TVM-only's FoldConstant requantizes it when it builds, on the host target "llvm"
+    (src/relay/transforms/fold_constant.cc:403 at v0.19.0), so without FMA and without NEON."""
+    index = param_index(func, expr)
+    return index is None or srcs[index].kind == "const"
+
+
 def layout_dims(shape, layout: str) -> dict:
     return {axis: shape[layout.index(axis)] for axis in "NHWC"}
 

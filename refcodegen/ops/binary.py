@@ -7,9 +7,9 @@ import numpy as np
 from tvm import relay
 from tvm.relay.dataflow_pattern import is_op, wildcard
 
-from ..numerics import float_lowering, make_requantize, resolve_mode
+from ..numerics import float_lowering, make_requantize, resolve_mode, without_fma
 from .base import (DTYPE_CODE, Buffer, Call, Step, any_of, check_clip, check_qparams, check_tensor, const_value, constants,
-                   dtype_of, first_reason, op_name, operands, out_range, param_index, scalar)
+                   dtype_of, first_reason, folded_operand, op_name, operands, out_range, param_index, scalar)
 from .epilogue import q31x4
 
 NAME = "binary"
@@ -79,10 +79,13 @@ class Binary:
         lo, hi = out_range(dst.dtype, self.clip)
 
         def mode(scale, operand=None) -> str:  # the compute dtype, NEON where TVM-only rounds so
+            if ask is None or (operand is not None and folded_operand(func, srcs, operand)):
+                return compute
             index = None if operand is None else param_index(func, operand)
-            if ask is None or (operand is not None and index is None):
-                return compute  # a constant operand: TVM-only folds its requantize on the host
             return "int64-neon" if q31x4(rounding, compute, scale, out_scale, lambda: ask(index)) else compute
+
+        def operand_lowering(operand):
+            return without_fma(lowering) if folded_operand(func, srcs, operand) else lowering
 
         if op_name(call) == "qnn.mul":
             product = np.float32(scalar(lhs_scale)) * np.float32(scalar(rhs_scale))  # float32, as mul.cc
@@ -92,9 +95,9 @@ class Binary:
         else:
             lhs, rhs = call.args[:2]
             rq_a = make_requantize(const_value(lhs_scale), out_scale, int(scalar(lhs_zp)), out_zp, "int32",
-                                   rounding, mode(const_value(lhs_scale), lhs), None, lowering)
+                                   rounding, mode(const_value(lhs_scale), lhs), None, operand_lowering(lhs))
             rq_b = make_requantize(const_value(rhs_scale), out_scale, int(scalar(rhs_zp)), out_zp, "int32",
-                                   rounding, mode(const_value(rhs_scale), rhs), None, lowering)
+                                   rounding, mode(const_value(rhs_scale), rhs), None, operand_lowering(rhs))
         params = {
             "op": OPS[op_name(call)], "ndim": len(dst.shape), "shape": list(dst.physical_shape),
             "a_stride": broadcast_strides(a, dst), "b_stride": broadcast_strides(b, dst),

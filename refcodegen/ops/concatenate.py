@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from tvm.relay.dataflow_pattern import is_op, is_tuple, wildcard
 
-from ..numerics import float_lowering, make_requantize, resolve_mode
+from ..numerics import float_lowering, make_requantize, resolve_mode, without_fma
 from . import requantize
-from .base import (OneCall, check_qparams, check_tensor, const_value, constants, dtype_of, operands, param_index,
-                   scalar)
+from .base import (OneCall, check_qparams, check_tensor, const_value, constants, dtype_of, folded_operand, operands,
+                   param_index, scalar)
 from .epilogue import q31x4
 
 NAME = "concatenate"
@@ -40,11 +40,13 @@ class Concatenate(OneCall):
         parts, offset = [], 0
         fields = self.call.args[0].fields
         for src, field, scale, zp in zip(operands(func, srcs, fields), fields, scales.fields, zero_points.fields):
-            index = param_index(func, field)
-            question = (lambda index=index: ask(index)) if ask and index is not None else None
+            folded = folded_operand(func, srcs, field)
+            question = (lambda index=param_index(func, field): ask(index)) if ask and not folded else None
             neon = q31x4(rounding, compute, const_value(scale), const_value(out_scale), question)
+            lowering = float_lowering(target)
             rq = make_requantize(const_value(scale), const_value(out_scale), int(scalar(zp)), int(scalar(out_zp)),
-                                 dst.dtype, rounding, "int64-neon" if neon else compute, None, float_lowering(target))
+                                 dst.dtype, rounding, "int64-neon" if neon else compute, None,
+                                 without_fma(lowering) if folded else lowering)
             parts.append(requantize.part(src, axis, dst.physical_shape[axis], offset, dst, rq))
             offset += src.physical_shape[axis]
         return requantize.step(name, parts, dst)

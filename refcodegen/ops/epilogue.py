@@ -11,7 +11,7 @@ from tvm import relay
 from tvm.relay.dataflow_pattern import is_op
 
 from ..numerics import (DTYPE_RANGE, FloatLowering, Requantize, float_lowering, make_requantize, no_requantize,
-                        resolve_mode)
+                        resolve_mode, without_fma)
 from .base import (QUANT_DTYPES, REQUANTIZE_DTYPES, check_clip, check_scale, check_zero_point, const_value,
                    constant_subgraph, constants, dtype_of, folded_constant, is_constant_subgraph, op_name, scalar,
                    static_shape)
@@ -225,4 +225,4 @@ def requantize_step(req, clip, target, ask=None, stagewise: bool = False) -> Req
 
 def _lowering(target, stagewise: bool) -> FloatLowering:
     lowering = float_lowering(target)
-    return FloatLowering(lowering.sse41, False) if stagewise else lowering
+    return without_fma(lowering) if stagewise else lowering
