@@ -36,6 +36,7 @@ from .ops.epilogue import Epilogue
 from .ops.pool2d import Pool2D
 from .errors import RefcgError
 from .numerics import conv2d_output_sliced, injective_lanes, tvm_aarch64_lanes
+from .stagewise import STAGEWISE_INPUTS_ATTR
 
 INPUTS_ATTR = "RefcgInputsFromGraph"  # per partition parameter: FREE, CONCATENATED or 0 (maybe an anchor's)
 FREE = 1  # no TVM kernel this input's readers may join computes it: they start their own group
@@ -355,7 +356,7 @@ def _concatenated(expr) -> bool:
 
 def keep_boundaries(original: relay.Function, folded: relay.Function) -> relay.Function:
     """``folded`` with ``original``'s boundary attributes (the scoped fold drops attributes)."""
-    for attr in (INPUTS_ATTR, OUTPUTS_ATTR):
+    for attr in (INPUTS_ATTR, OUTPUTS_ATTR, STAGEWISE_INPUTS_ATTR):
         value = original.attrs.get(attr) if original.attrs else None
         if value is not None:
             folded = folded.with_attr(attr, value)

@@ -9,7 +9,7 @@ from tvm.relay.build_module import bind_params_by_name
 
 from .armfuse import FusionContext, keep_boundaries, tag_boundaries
 from .numerics import is_arm_cpu_aarch64
-from .stagewise import tangled_composites
+from .stagewise import tag_stagewise_inputs, tangled_composites
 from .ops import COMPILER, CheckContext, family_of, pattern_table
 from .ops.quantize import SCALE_LOADED_ATTR
 from .plan import build_plan
@@ -91,7 +91,7 @@ def _partition(mod):
         relay.transform.PartitionGraph(),
         relay.transform.InferType(),
     ])(mod)
-    return tag_boundaries(mod)
+    return tag_stagewise_inputs(tag_boundaries(mod))
 
 
 def _partition_aarch64(mod, ctx: CheckContext):

@@ -37,11 +37,22 @@ _STOPS = ("refcg.conv2d", "refcg.dense", "refcg.pool2d", "refcg.batch_matmul", "
 _EXACT = ("refcg.copy",)
 
 
+# STAGEWISE_INPUTS_ATTR: per partition parameter, the strategies (bits) for which TVM may compute it in a
+# stagewise conv's kernel: what the codegen checks when the partition was made without target=
+STAGEWISE_INPUTS_ATTR = "RefcgStagewiseInputs"
+X86, ARM_CPU = 1, 2
+
+
 def conv_stagewise(target, conv) -> str | None:
     """The generic-scheduled variant TVM-only builds ``conv`` (a qnn.conv2d call) with for ``target``,
     e.g. "depthwise NHWC", or None when its schedule inlines the ops after it."""
     if target is None or str(target.kind) != "llvm":
         return None
+    return _variant(conv, "arm_cpu" in target.keys)
+
+
+def _variant(conv, arm_cpu: bool) -> str | None:
+    """``conv_stagewise`` for an llvm target of the arm_cpu strategy or of the x86 one."""
     attrs = conv.attrs
     layout = str(attrs.data_layout)
     groups = int(attrs.groups)
@@ -51,7 +62,7 @@ def conv_stagewise(target, conv) -> str | None:
     out_c = int(conv.checked_type.shape[layout.index("C")])
     depthwise = in_c == out_c == groups
     kind = "depthwise" if depthwise else "grouped"
-    if "arm_cpu" in target.keys:
+    if arm_cpu:
         return f"{kind} {layout}" if layout == "NHWC" and not depthwise else None
     if layout == "NHWC":
         return f"{kind} {layout}"
@@ -101,13 +112,8 @@ def _rounds(expr) -> bool:
     return False
 
 
-def tangled_composites(main: relay.Function, target) -> dict:
-    """``{composite Function: reason}`` for the composite calls of ``main`` (after MergeComposite) that must
-    stay in TVM: for each conv TVM-only computes stage by stage (``conv_stagewise``) on an FMA target,
-    everything its kernel may grow into, when any of that rounds; and the conv's own composite then.
-    Left in TVM together, they are fused as TVM-only fuses them."""
-    if target is None or not float_lowering(target).fma:
-        return {}  # without FMA, stage by stage and inlined round alike
+def _readers(body) -> dict:
+    """{expression: the calls, tuples and tuple items that read it} in ``body``."""
     readers: dict = {}
 
     def visit(node):
@@ -122,7 +128,29 @@ def tangled_composites(main: relay.Function, target) -> dict:
         for child in children:
             readers.setdefault(child, []).append(node)
 
-    relay.analysis.post_order_visit(main.body, visit)
+    relay.analysis.post_order_visit(body, visit)
+    return readers
+
+
+def _region(readers: dict, start) -> list:
+    """What a conv kernel computing ``start`` may grow into (``_grows_into``, transitively)."""
+    region, todo = [], [start]
+    while todo:
+        for reader in readers.get(todo.pop(), []):
+            if _grows_into(reader) and not any(reader.same_as(r) for r in region):
+                region.append(reader)
+                todo.append(reader)
+    return region
+
+
+def tangled_composites(main: relay.Function, target) -> dict:
+    """``{composite Function: reason}`` for the composite calls of ``main`` (after MergeComposite) that must
+    stay in TVM: for each conv TVM-only computes stage by stage (``conv_stagewise``) on an FMA target,
+    everything its kernel may grow into, when any of that rounds; and the conv's own composite then.
+    Left in TVM together, they are fused as TVM-only fuses them."""
+    if target is None or not float_lowering(target).fma:
+        return {}  # without FMA, stage by stage and inlined round alike
+    readers = _readers(main.body)
     from .ops.conv2d import Conv2D  # the ops package imports numerics, as this module does
 
     tangled = {}
@@ -133,12 +161,7 @@ def tangled_composites(main: relay.Function, target) -> dict:
         variant = conv_stagewise(target, conv) if conv is not None else None
         if variant is None:
             continue
-        region, todo = [], [node]
-        while todo:
-            for reader in readers.get(todo.pop(), []):
-                if _grows_into(reader) and not any(reader.same_as(r) for r in region):
-                    region.append(reader)
-                    todo.append(reader)
+        region = _region(readers, node)
         rounding = [r for r in region if _rounds(r)]
         if not rounding:
             continue
@@ -157,7 +180,7 @@ def tangled_composites(main: relay.Function, target) -> dict:
 def refuse_tangles(func: relay.Function, target, symbol: str):
     """For a partition made without ``target=``: raise where ``tangled_composites`` would have left
     composites in TVM, as far as the partition shows it (its own composites; a stagewise conv's result
-    that TVM reads). A TVM conv feeding the partition is not seen here."""
+    that TVM reads; an input TVM may compute in a stagewise conv's kernel, ``tag_stagewise_inputs``)."""
     from .armfuse import OUTPUTS_ATTR  # armfuse imports the ops package
 
     if tangled_composites(func, target):
@@ -178,3 +201,44 @@ def refuse_tangles(func: relay.Function, target, symbol: str):
             raise RefcgError(symbol, "target", f"TVM reads the result of a {variant} qnn.conv2d, whose TVM-only kernel "
                                                "may compute its readers stage by stage; pass target= to "
                                                "partition_for_refcg to keep them in TVM")
+    strategy = ARM_CPU if "arm_cpu" in target.keys else X86
+    flags = func.attrs.get(STAGEWISE_INPUTS_ATTR) if func.attrs else None
+    readers = _readers(func.body)
+    for param, flag in zip(func.params, flags or ()):
+        if int(flag) & strategy and any(_rounds(r) for r in _region(readers, param)):
+            raise RefcgError(symbol, "target", f"TVM computes its input {param.name_hint} in the kernel of a depthwise "
+                                               "or grouped qnn.conv2d left in TVM, which TVM-only also computes the "
+                                               "ops reading it in, stage by stage (no FMA contraction); pass target= "
+                                               "to partition_for_refcg to keep them in TVM")
+
+
+def tag_stagewise_inputs(mod):
+    """Record on each refcg partition (STAGEWISE_INPUTS_ATTR) which of its inputs TVM may compute in the
+    kernel of a qnn.conv2d left in TVM that is stagewise for the x86 or the arm_cpu strategy: reached back
+    through the ops such a kernel grows into. Decided without the target, for ``refuse_tangles``."""
+    main = mod["main"]
+    readers = _readers(main.body)
+
+    def strategies(expr) -> int:
+        found, seen, todo = 0, [], [expr]
+        while todo:
+            node = todo.pop()
+            if any(node.same_as(s) for s in seen):
+                continue
+            seen.append(node)
+            if _op_name(node) == "qnn.conv2d":
+                found |= (X86 if _variant(node, False) else 0) | (ARM_CPU if _variant(node, True) else 0)
+            elif isinstance(node, relay.TupleGetItem):
+                todo.append(node.tuple_value)
+            elif isinstance(node, relay.Tuple):
+                todo += list(node.fields)
+            elif _op_name(node) is not None and _fusable_op(_op_name(node)):
+                todo += list(node.args)
+        return found
+
+    for call in list(readers) + [main.body]:
+        if isinstance(call, relay.Call) and isinstance(call.op, relay.GlobalVar):
+            func = mod[call.op]
+            if func.attrs and func.attrs.get("Compiler") == "refcg":
+                mod[call.op] = func.with_attr(STAGEWISE_INPUTS_ATTR, [strategies(arg) for arg in call.args])
+    return mod

@@ -240,3 +240,28 @@ def test_what_a_stagewise_conv_kernel_computes_stays_in_tvm_with_it(tmp_path, rn
     with pytest.raises(RefcgError, match="stage by stage.*pass target="):
         with tvm.transform.PassContext(opt_level=3):
             relay.build(partition_for_refcg(mod), target=NUMERICS["float32"][0])
+
+
+def test_a_stagewise_conv_left_in_tvm_is_seen_without_the_target(tmp_path, rng):
+    """A depthwise NHWC conv TVM keeps (its weight is a run-time input) read by a requantize: TVM-only
+    computes the requantize in the conv's stage-by-stage kernel. Given the FMA target, the requantize
+    stays in TVM with it; partitioned without it, the FMA build refuses (the partition records which
+    inputs such a TVM kernel may compute); without FMA it is offloaded. Bit-exact where built."""
+    x, w, other = relay.var("x", shape=(1, 8, 8, 16), dtype="int8"), relay.var("w", shape=(3, 3, 16, 1), dtype="int8"), \
+        relay.var("other", shape=(1, 8, 8, 16), dtype="int8")
+    inputs = {"x": random_int(rng, (1, 8, 8, 16), "int8"), "w": random_int(rng, (3, 3, 16, 1), "int8"),
+              "other": random_int(rng, (1, 8, 8, 16), "int8")}
+    conv = relay.qnn.op.conv2d(x, w, const(3, "int32"), const(0, "int32"), const(0.05), const(0.01), kernel_size=(3, 3),
+                               channels=16, groups=16, padding=(1, 1), data_layout="NHWC", kernel_layout="HWOI")
+    y = relay.qnn.op.requantize(conv, const(0.0005), const(0, "int32"), const(0.1), const(5, "int32"), axis=3,
+                                rounding="UPWARD", compute_dtype="float32")
+    mod = module([x, w, other], relay.Tuple([y, qadd(other, other, 0.1, 5, 0.1, 5, 0.2, 3)]))
+    (tmp_path / "fma").mkdir(), (tmp_path / "nofma").mkdir()
+    report = offload_report(compare(mod, inputs, tmp_path / "fma", "float32", partition_target=True))
+    reasons = {name: reason for name, _, reason in report.stayed}
+    assert "stays in TVM with the conv" in reasons["qnn.requantize"], report
+    with pytest.raises(RefcgError, match="input .* left in TVM.*pass target="):
+        with tvm.transform.PassContext(opt_level=3):
+            relay.build(partition_for_refcg(mod), target=NUMERICS["float32"][0])
+    report = offload_report(compare(mod, inputs, tmp_path / "nofma", "float32-nofma"))
+    assert report.offloaded_ops["qnn.requantize"] == 1 and "needs constant weights" in str(report), report
