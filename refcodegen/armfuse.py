@@ -317,7 +317,7 @@ def tvm_rounding_mates(main: relay.Function) -> list:
     found: dict = {}
     for seed in nodes:
         name = op_name(seed) if isinstance(seed, relay.Call) and isinstance(seed.op, tvm.ir.Op) else None
-        if name not in TVM_ROUNDING_OPS:
+        if name not in TVM_ROUNDING_OPS or not _may_round_with_neon(seed):
             continue
         why = (f"TVM-only may compute it in one kernel with a {name} left in TVM, whose rounding (NEON or not) "
                "follows that kernel's loop: they stay in TVM together")
@@ -337,6 +337,26 @@ def tvm_rounding_mates(main: relay.Function) -> list:
                         isinstance(other, relay.Call) and isinstance(other.op, tvm.ir.Op) and _fusable_op(other.op.name)):
                     todo.append(other)
     return list(found.items())
+
+
+def _may_round_with_neon(call) -> bool:
+    """Whether the requantize in ``call``'s canonical form can take the NEON path: UPWARD in int64
+    (``resolve_mode``; a requantize_config of float32 computes in floats) and per tensor
+    (q_multiply_shift_per_axis has no aarch64 lowering). qnn.softmax multiplies in fixed point itself."""
+    from .numerics import resolve_mode
+
+    name = op_name(call)
+    if name == "qnn.softmax":
+        return True
+    attrs = call.attrs if name == "qnn.requantize" else None
+    try:
+        mode = resolve_mode(str(attrs.rounding) if attrs else "None", str(attrs.compute_dtype) if attrs else "None", None)
+    except RefcgError:  # a mode refcg does not compute: not known to stay off NEON
+        return True
+    if mode != ("UPWARD", "int64"):
+        return False
+    scale = call.args[1]
+    return name != "qnn.requantize" or not (isinstance(scale, relay.Constant) and scale.data.numpy().size > 1)
 
 
 def refuse_tvm_rounding_mates(func: relay.Function, target, symbol: str):
