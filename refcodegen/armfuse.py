@@ -35,7 +35,7 @@ from .ops.conv2d import Conv2D
 from .ops.epilogue import Epilogue
 from .ops.pool2d import Pool2D
 from .errors import RefcgError
-from .numerics import conv2d_output_sliced, injective_lanes, tvm_aarch64_lanes
+from .numerics import conv2d_output_sliced, injective_lanes, is_arm_cpu_aarch64, tvm_aarch64_lanes
 from .stagewise import STAGEWISE_INPUTS_ATTR
 
 INPUTS_ATTR = "RefcgInputsFromGraph"  # per partition parameter: FREE, CONCATENATED or 0 (maybe an anchor's)
@@ -271,6 +271,108 @@ class FusionContext:
             self.undecided.append((call, reason))
             return False
         return lanes == 4
+
+
+TVM_ROUNDING_MATE_ATTR = "RefcgTvmRoundingMate"  # on a composite of ``tvm_rounding_mates`` (a partition without target=)
+
+# The QNN ops whose canonical form requantizes (tir.q_multiply_shift): src/relay/qnn/op/{requantize,
+# concatenate,leaky_relu,mul,softmax}.cc and op_common.h (add, subtract) at v0.19.0. Left in TVM on
+# aarch64, each rounds with NEON or not by the lanes of the TVM kernel FuseOps puts it in.
+TVM_ROUNDING_OPS = ("qnn.requantize", "qnn.add", "qnn.subtract", "qnn.mul", "qnn.leaky_relu", "qnn.concatenate",
+                    "qnn.softmax")
+
+
+def tvm_rounding_mates(main: relay.Function) -> list:
+    """(composite call, reason) for the composite calls of ``main`` (after MergeComposite) that TVM-only
+    may compute in one kernel with a requantizing QNN op left in TVM (``TVM_ROUNDING_OPS``): reached
+    through TVM's elementwise/injective ops and non-anchor composites, as ``FusionContext.kernel_mates``.
+    Offloading one would change the loop that op is computed in, so its rounding (the TVM-only
+    kernel of qnn.leaky_relu -> qnn.hardswish -> reshape vectorizes the reshape's last axis; without
+    the table op and the reshape, the leaky_relu's own one)."""
+    from .stagewise import _fusable_op  # the FuseOps pattern test shared with the stagewise rule
+
+    inside, readers = set(), {}
+
+    def visit_composites(node):
+        if isinstance(node, relay.Function) and node.attrs and node.attrs.get("Composite"):
+            relay.analysis.post_order_visit(node.body, inside.add)
+
+    relay.analysis.post_order_visit(main.body, visit_composites)
+
+    def children(node) -> list:
+        if isinstance(node, relay.Call):
+            return list(node.args)
+        if isinstance(node, relay.Tuple):
+            return list(node.fields)
+        return [node.tuple_value] if isinstance(node, relay.TupleGetItem) else []
+
+    nodes = []
+
+    def visit(node):
+        if node not in inside:
+            nodes.append(node)
+            for child in children(node):
+                readers.setdefault(child, []).append(node)
+
+    relay.analysis.post_order_visit(main.body, visit)
+    found: dict = {}
+    for seed in nodes:
+        name = op_name(seed) if isinstance(seed, relay.Call) and isinstance(seed.op, tvm.ir.Op) else None
+        if name not in TVM_ROUNDING_OPS or not _may_round_with_neon(seed):
+            continue
+        why = (f"TVM-only may compute it in one kernel with a {name} left in TVM, whose rounding (NEON or not) "
+               "follows that kernel's loop: they stay in TVM together")
+        seen, todo = {seed}, [seed]
+        while todo:
+            node = todo.pop()
+            for other in children(node) + readers.get(node, []):
+                if other in seen:
+                    continue
+                seen.add(other)
+                kind = _composite(other)
+                if kind is not None:
+                    found.setdefault(other, why)
+                    if kind not in ANCHORS:
+                        todo.append(other)
+                elif isinstance(other, (relay.Tuple, relay.TupleGetItem)) or (
+                        isinstance(other, relay.Call) and isinstance(other.op, tvm.ir.Op) and _fusable_op(other.op.name)):
+                    todo.append(other)
+    return list(found.items())
+
+
+def _may_round_with_neon(call) -> bool:
+    """Whether the requantize in ``call``'s canonical form can take the NEON path: UPWARD in int64
+    (``resolve_mode``; a requantize_config of float32 computes in floats) and per tensor
+    (q_multiply_shift_per_axis has no aarch64 lowering). qnn.softmax multiplies in fixed point itself."""
+    from .numerics import resolve_mode
+
+    name = op_name(call)
+    if name == "qnn.softmax":
+        return True
+    attrs = call.attrs if name == "qnn.requantize" else None
+    try:
+        mode = resolve_mode(str(attrs.rounding) if attrs else "None", str(attrs.compute_dtype) if attrs else "None", None)
+    except RefcgError:  # a mode refcg does not compute: not known to stay off NEON
+        return True
+    if mode != ("UPWARD", "int64"):
+        return False
+    scale = call.args[1]
+    return name != "qnn.requantize" or not (isinstance(scale, relay.Constant) and scale.data.numpy().size > 1)
+
+
+def refuse_tvm_rounding_mates(func: relay.Function, target, symbol: str):
+    """For a partition made without ``target=`` and built for aarch64: raise where ``tvm_rounding_mates``
+    would have left composites in TVM (they carry TVM_ROUNDING_MATE_ATTR)."""
+    if not is_arm_cpu_aarch64(target):
+        return
+    tagged = []
+    relay.analysis.post_order_visit(func.body, lambda node: tagged.append(node) if isinstance(node, relay.Function)
+                                    and node.attrs and node.attrs.get(TVM_ROUNDING_MATE_ATTR) else None)
+    if tagged:
+        raise RefcgError(symbol, "aarch64 rounding", f"TVM-only computes its {tagged[0].attrs['Composite']} in one kernel "
+                                                     "with a requantizing op left in TVM, whose NEON rounding follows "
+                                                     "that kernel; pass target= to partition_for_refcg to keep them "
+                                                     "in TVM together")
 
 
 def tag_boundaries(mod):

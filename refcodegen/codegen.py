@@ -20,7 +20,7 @@ from .partition import TARGET_ATTR
 from .plan import build_plan
 from .scoped_fold import scoped_fold
 from .stagewise import refuse_tangles
-from .armfuse import keep_boundaries
+from .armfuse import keep_boundaries, refuse_tvm_rounding_mates
 
 
 def generate_c(func) -> tuple[str, str]:
@@ -28,8 +28,9 @@ def generate_c(func) -> tuple[str, str]:
     symbol = str(func.attrs["global_symbol"])
     target = resolve_build_target(func)
     folded = keep_boundaries(func, scoped_fold(func))
-    if not (func.attrs and func.attrs.get(TARGET_ATTR)):
-        refuse_tangles(folded, target, symbol)  # partitioned without target=: the checks could not
+    if not (func.attrs and func.attrs.get(TARGET_ATTR)):  # partitioned without target=: the checks could not
+        refuse_tvm_rounding_mates(folded, target, symbol)
+        refuse_tangles(folded, target, symbol)
     return symbol, render(build_plan(folded, symbol, target))
 
 

@@ -7,7 +7,7 @@ import tvm
 from tvm import relay
 from tvm.relay.build_module import bind_params_by_name
 
-from .armfuse import FusionContext, keep_boundaries, tag_boundaries
+from .armfuse import TVM_ROUNDING_MATE_ATTR, FusionContext, keep_boundaries, tag_boundaries, tvm_rounding_mates
 from .numerics import is_arm_cpu_aarch64
 from .stagewise import tag_stagewise_inputs, tangled_composites
 from .ops import COMPILER, CheckContext, family_of, pattern_table
@@ -77,6 +77,10 @@ def partition_for_refcg(mod, params=None, *, target=None, fold_batch_norm: bool 
         if is_arm_cpu_aarch64(target):
             mod = _partition_aarch64(mod, ctx)
         else:
+            if target is None:  # an aarch64 build would need them in TVM: the codegen refuses them there
+                mates = {call.op for call, _ in tvm_rounding_mates(mod["main"])}
+                mod = _map_composites(mod, lambda call, _: _with_attr(call, TVM_ROUNDING_MATE_ATTR, 1)
+                                      if call.op in mates else call)
             mod = _partition(mod)
     if target is not None:
         mod = _tag_target(mod, str(target))
@@ -101,6 +105,7 @@ def _partition_aarch64(mod, ctx: CheckContext):
     question, put the undecided composites back into the graph as plain ops, partition again."""
     mod = _map_composites(mod, lambda call, number: _with_attr(call, MATCH_ATTR, number))
     for rounds in range(MAX_ROUNDS + 1):
+        mod = _keep_tvm_rounding_kernels_whole(mod, ctx)
         partitioned = _partition(mod)
         undecided = {}
         for _, func in refcg_functions(partitioned):
@@ -114,6 +119,23 @@ def _partition_aarch64(mod, ctx: CheckContext):
         for call, reason in undecided.values():
             ctx.rejections.record(_members(call), f"aarch64 rounding: {reason}")
         mod = _map_composites(mod, lambda call, number: _inlined(call) if number in undecided else call)
+
+
+def _keep_tvm_rounding_kernels_whole(mod, ctx: CheckContext):
+    """The composites TVM-only computes in one kernel with a requantizing op left in TVM stay in TVM
+    with it (armfuse.tvm_rounding_mates), until there are none (a composite put back may be one)."""
+    while True:
+        mates = {_number(call): reason for call, reason in tvm_rounding_mates(mod["main"])}
+        if not mates:
+            return mod
+
+        def keep(call, number):
+            if number not in mates:
+                return call
+            ctx.rejections.record(_members(call), f"aarch64 rounding: {mates[number]}")
+            return _inlined(call)
+
+        mod = _map_composites(mod, keep)
 
 
 def _undecided(func, target) -> list:

@@ -222,6 +222,73 @@ def test_aarch64_rounding_refcg_cannot_tell_stays_in_tvm(found, op, why):
     assert not any(name == op for name, _, _ in offload_report(partition_for_refcg(mod)).stayed)
 
 
+# Found 2026-12-02 by make fuzz-arm on c778bfb (seed 8100, aarch64-neon): max diff 3219 in the int32 result.
+# qnn.leaky_relu stays in TVM on aarch64 (its table needs an aarch64 host); TVM-only computes it, the
+# hardswish table and the reshape in one kernel whose loop vectorizes the reshape's last axis (3: scalar,
+# the exact rounding). With those two offloaded, TVM's kernel of the leaky_relu alone vectorized its own
+# last axis (4 lanes: NEON's double rounding). Now what TVM-only fuses with a requantizing op left in TVM
+# stays with it (armfuse.tvm_rounding_mates).
+LEAKY_INTO_TABLE = dict(
+    shape=(2, 9, 1, 4), layout="NHWC", dtype="uint8", scale=0.15072400867938995, zp=193, seed=10, shared=True, ops=[
+        {"op": "lut", "form": "qnn.leaky_relu", "alpha": 0.2, "out_dtype": "uint8", "out_scale": 0.36297130584716797,
+         "out_zp": 255},
+        {"op": "lut", "form": "qnn.hardswish", "alpha": 0.1, "out_dtype": "uint8", "out_scale": 0.00390625, "out_zp": 128},
+        {"op": "batch_matmul", "form": "self", "m": 12, "n": 12, "y_dtype": "uint8", "y_zp": 128, "y_scale": 0.00390625,
+         "per_channel": True, "out_dtype": "int32"}])
+
+
+# Found the same run (seed 8100, aarch64-neon): a float result 1 quantum off (max diff 1028111915 in its
+# bits). qnn.softmax (left in TVM on aarch64) requantizes in its canonical form too (softmax.cc); TVM-only
+# computes its last stage and the dequantize in one kernel, the refcg build the softmax alone.
+SOFTMAX_INTO_DEQUANTIZE = dict(
+    shape=(1, 16), layout="", dtype="int8", scale=0.0014960251282900572, zp=0, seed=57, shared=True, ops=[
+        {"op": "softmax", "form": "qnn", "in_scale": 0.0074567836709320545, "out_dtype": "int8",
+         "out_scale": 0.04876534268260002, "out_zp": -128},
+        {"op": "dequantize", "axis": -1, "per_axis": False}])
+
+
+@pytest.mark.parametrize("found,left,mates", [(LEAKY_INTO_TABLE, "qnn.leaky_relu", ("qnn.hardswish", "reshape")),
+                                              (SOFTMAX_INTO_DEQUANTIZE, "qnn.softmax", ("qnn.dequantize",))],
+                         ids=["leaky_relu", "softmax"])
+def test_what_tvm_only_fuses_with_a_requantizing_op_left_in_tvm_stays_with_it(tmp_path, found, left, mates):
+    spec = ChainSpec(**found)
+    mod = build_batch([spec], "aarch64-neon")[0]
+    report = offload_report(partition_for_refcg(mod, target=ALL_NUMERICS["aarch64-neon"][0]))
+    reasons = {name: reason for name, _, reason in report.stayed}
+    assert not reasons[left].startswith("aarch64 rounding"), report  # left in TVM for a reason of its own
+    for op in mates:
+        assert f"{left} left in TVM" in reasons[op], report
+    x86 = offload_report(partition_for_refcg(mod, target="llvm"))  # no NEON: the x86 build offloads all
+    assert not x86.stayed, x86
+    ensure_host()
+    from fuzzing.arm import EmulatedHost
+
+    host = EmulatedHost()
+    try:
+        result = check_batch([spec], "aarch64-neon", tmp_path, merge=True, runner=host.runner("aarch64-neon"))
+    finally:
+        host.close()
+    assert result["cases"] == 1 and not result["mismatches"], result
+
+
+def test_partitioned_without_the_target_an_aarch64_build_refuses_what_tvm_only_fuses_with_a_tvm_op(monkeypatch):
+    """Without target=, the leaky_relu's table is computable (x86) and offloaded; made to stay in TVM as
+    on aarch64, the composites TVM-only fuses with it are marked and the aarch64 build refuses them."""
+    import refcodegen.lut as tables
+
+    real = tables.cannot_compute
+    monkeypatch.setattr(tables, "cannot_compute",
+                        lambda name, target: "kept in TVM by this test" if name == "qnn.leaky_relu" else real(name, target))
+    mod = build_batch([ChainSpec(**LEAKY_INTO_TABLE)], "aarch64-neon")[0]
+    partitioned = partition_for_refcg(mod)
+    assert {name for name, _, _ in offload_report(partitioned).stayed} == {"qnn.leaky_relu"}
+    with pytest.raises(RefcgError, match="requantizing op left in TVM.*pass target="):
+        with tvm.transform.PassContext(opt_level=3):
+            relay.build(partitioned, target=ALL_NUMERICS["aarch64-neon"][0])
+    with tvm.transform.PassContext(opt_level=3):
+        relay.build(partitioned, target="llvm")  # x86: no NEON rounding, nothing to refuse
+
+
 def test_aarch64_rounding_refusals_are_bit_exact_on_the_emulated_host(tmp_path):
     """The chains armfuse cannot tell, amid two it can, against TVM-only aarch64 (QEMU cortex-a53)."""
     ensure_host()
