@@ -240,15 +240,32 @@ REFCG_INLINE void refcg_ws_free(void* p) { free(p); }
 #endif
 
 /* ---- depthwise conv (channel multiplier 1) over the padded input copy ---- */
+#define REFCG_DW_MAX_TAPS 256 /* kernel_h * kernel_w of the fast paths (refcg_fast_usable) */
 typedef struct {
   const uint8_t* a;       /* padded copy: [hp][wp][cp] domain bytes */
   int32_t signed_domain;  /* 1: bytes are int8, 0: uint8 */
   int32_t wp, cp;         /* padded width in pixels, channels per pixel (multiple of 16) */
   int32_t out_w, c, kh, kw, sh, sw, dh, dw;
-  const int16_t* w;       /* [kh*kw][cp] */
+  const int16_t* w;       /* [kh*kw][cp], or the tap pairs of refcg_dw_pair_weights (refcg_dw_config.pairs) */
   refcg_epi epi;
   int64_t o_h, o_w;       /* output element strides per row / pixel */
+  int64_t tap_off[REFCG_DW_MAX_TAPS + 1]; /* bytes from a pixel's first tap to tap t; an odd count's last repeated */
 } refcg_dw_job;
+
+/* vpmaddwd takes two int16 taps per 32-bit lane: per pair of taps (t, t + 1; an odd last tap with a
+ * zero weight) and 16 channels, 32 int16 in the order the lanes of unpacklo/hi_epi16 of the taps'
+ * widened channels hold them: channels 0-3 | 8-11 (tap pairs), then 4-7 | 12-15. */
+REFCG_INLINE int64_t refcg_dw_pairs_size(int32_t taps, int32_t cp) { return (int64_t)(taps + 1) / 2 * cp * 2; }
+
+REFCG_INLINE void refcg_dw_pair_weights(const int16_t* w, int32_t taps, int32_t cp, int16_t* out) {
+  for (int32_t t = 0; t < taps; t += 2)
+    for (int32_t c = 0; c < cp; ++c) {
+      const int32_t l = c % 16, half = l % 8 / 4, lane = l / 8;
+      int16_t* d = out + (int64_t)t * cp + (c - l) * 2 + half * 16 + lane * 8 + l % 4 * 2;
+      d[0] = w[(int64_t)t * cp + c];
+      d[1] = t + 1 < taps ? w[(int64_t)(t + 1) * cp + c] : 0;
+    }
+}
 
 /* Accumulators of 16 channels [c0, c0 + 16) of one output pixel whose first tap is at base. */
 typedef void (*refcg_dw16_fn)(const refcg_dw_job* j, const uint8_t* base, int32_t c0, int32_t* acc);
@@ -606,6 +623,7 @@ typedef struct {
 typedef struct {
   refcg_range_fn rows;         /* rows of refcg_dw_job over the padded NHWC copy */
   refcg_range_fn planes;       /* planar layouts, refcg_dwp_job (NULL: rows on the NHWC copy) */
+  int32_t pairs;               /* rows reads the weights as tap pairs (refcg_dw_pair_weights) */
   int32_t qmax;                /* taps per 32-bit lane of planes: 4 bytes, or 2 int16 (AVX2 vpmaddwd) */
 } refcg_dw_config;
 
