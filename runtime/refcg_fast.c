@@ -40,6 +40,7 @@ static const refcg_isa_config refcg_isa_scalar = {
     .dw = {.rows = refcg_dw_portable, .planes = NULL, .pairs = 0, .qmax = 0},
     .binary_rows = NULL,
     .pool_planes = NULL,
+    .quantize = NULL,
 };
 
 static const refcg_isa_config* const refcg_isa_table[] = {
@@ -491,6 +492,16 @@ REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const vo
   j.b = (const uint8_t*)b;
   j.out = (uint8_t*)out;
   refcg_parallel(isa->binary_rows, &j, refcg_bin_chunks(&j, rows));
+  return 0;
+}
+
+REFCG_API int refcg_quantize(const refcg_quantize_params* p, const float* input, void* output) {
+  const refcg_isa_config* isa = refcg_isa_current();
+  const int to_bytes = p->quant_dtype == REFCG_S8 || p->quant_dtype == REFCG_U8;
+  if (!isa->quantize || !to_bytes || p->outer < 0 || p->channels < 1 || p->inner < 8)
+    return refcg_quantize_ref(p, input, output); /* per-channel NHWC (inner 1) has no run to vectorize */
+  const refcg_quant_job j = {p, input, (uint8_t*)output, (p->inner + REFCG_QUANT_CHUNK - 1) / REFCG_QUANT_CHUNK};
+  refcg_parallel(isa->quantize, &j, p->outer * p->channels * j.chunks_per_row);
   return 0;
 }
 

@@ -199,6 +199,7 @@ const refcg_isa_config refcg_isa_dotprod = {
     .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_dotprod, .pairs = 0, .qmax = 4},
     .binary_rows = NULL,
     .pool_planes = refcg_pool_neon,
+    .quantize = NULL,
 };
 
 const refcg_isa_config refcg_isa_neon = {
@@ -210,6 +211,7 @@ const refcg_isa_config refcg_isa_neon = {
     .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_neon, .pairs = 0, .qmax = 4},
     .binary_rows = NULL,
     .pool_planes = refcg_pool_neon,
+    .quantize = NULL,
 };
 
 #endif /* REFCG_HAVE_ARM */

@@ -610,6 +610,23 @@ REFCG_INLINE void refcg_pool_planes(const refcg_pool_job* j, int64_t q0, int64_t
   }
 }
 
+/* ---- qnn.quantize: rows of [outer * channels][inner] in chunks (what the threads share) ---- */
+#define REFCG_QUANT_CHUNK 4096
+typedef struct {
+  const refcg_quantize_params* p;
+  const float* in;
+  uint8_t* out;
+  int64_t chunks_per_row;
+} refcg_quant_job;
+
+/* Chunk t: the channel of its row and its elements [*i0, *i1). */
+REFCG_INLINE int64_t refcg_quant_chunk(const refcg_quant_job* j, int64_t t, int64_t* i0, int64_t* i1) {
+  const int64_t row = t / j->chunks_per_row, row_end = (row + 1) * j->p->inner;
+  *i0 = row * j->p->inner + t % j->chunks_per_row * REFCG_QUANT_CHUNK;
+  *i1 = *i0 + REFCG_QUANT_CHUNK < row_end ? *i0 + REFCG_QUANT_CHUNK : row_end;
+  return row % j->p->channels;
+}
+
 /* ---- variant configs ----
  * One config per ISA variant, defined next to its kernels with named fields; per op family the
  * kernels and their tiling, NULL where the family keeps the generic path. refcg_fast.c holds the
@@ -636,6 +653,7 @@ typedef struct {
   refcg_dw_config dw;
   refcg_range_fn binary_rows;  /* qnn.add/subtract/mul rows, refcg_bin_job (NULL: the reference) */
   refcg_range_fn pool_planes;  /* max/avg pool on planar layouts, refcg_pool_job (NULL: the reference) */
+  refcg_range_fn quantize;     /* qnn.quantize chunks, refcg_quant_job (NULL: the reference) */
 } refcg_isa_config;
 
 /* Hidden here, at their first declaration (C++ ignores the attribute on the definitions). */

@@ -595,6 +595,38 @@ REFCG_INLINE void refcg_bin_row_avx2(const refcg_bin_job* j, const void* ctx, in
   }
 }
 
+/* refcg_quantize_one on 8 lanes: roundf (half away from zero) as trunc plus the sign where the
+ * dropped fraction is >= 0.5 (y - trunc(y) is exact); the clamp keeps a NaN for the conversion,
+ * as the scalar comparisons do. */
+REFCG_INLINE void refcg_quant_run_avx2(const refcg_quantize_params* p, const float* in, uint8_t* out, int64_t c,
+                                       int64_t i0, int64_t i1) {
+  const float lo_f = p->quant_dtype == REFCG_U8 ? 0.0f : -128.0f, hi_f = p->quant_dtype == REFCG_U8 ? 255.0f : 127.0f;
+  const __m256 s = _mm256_set1_ps(p->scale[c]), zp = _mm256_set1_ps((float)p->zero_point[c]);
+  const __m256 lo = _mm256_set1_ps(lo_f), hi = _mm256_set1_ps(hi_f), half = _mm256_set1_ps(0.5f);
+  const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+  int64_t i = i0;
+  for (; i + 8 <= i1; i += 8) {
+    const __m256 x = _mm256_loadu_ps(in + i);
+    const __m256 y = p->multiply ? _mm256_mul_ps(x, s) : _mm256_div_ps(x, s);
+    const __m256 t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(y, t)), half, _CMP_GE_OQ);
+    __m256 v = _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(_mm256_and_ps(y, sign), one)));
+    v = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_add_ps(v, zp)));
+    refcg_store_bytes_avx2(out + i, _mm256_cvttps_epi32(v), 8);
+  }
+  for (; i < i1; ++i)
+    refcg_store(out, i, p->quant_dtype, refcg_quantize_one(in[i], p->scale[c], p->multiply, p->zero_point[c], p->quant_dtype));
+}
+
+static void refcg_quant_avx2(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_quant_job* j = (const refcg_quant_job*)ctx;
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t i0, i1;
+    const int64_t c = refcg_quant_chunk(j, t, &i0, &i1);
+    refcg_quant_run_avx2(j->p, j->in, j->out, c, i0, i1);
+  }
+}
+
 static void refcg_pool_avx2(const void* ctx, int64_t q0, int64_t q1) {
   refcg_pool_planes((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
 }
@@ -1300,6 +1332,7 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .dw = {.rows = refcg_dw_avx512, .planes = refcg_dwp_avx512, .pairs = 0, .qmax = 4},
     .binary_rows = refcg_bin_avx512,
     .pool_planes = refcg_pool_avx512,
+    .quantize = refcg_quant_avx2,
 };
 
 const refcg_isa_config refcg_isa_avxvnni = {
@@ -1311,6 +1344,7 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avxvnni, .pairs = 1, .qmax = 4},
     .binary_rows = refcg_bin_avx2,
     .pool_planes = refcg_pool_avx2,
+    .quantize = refcg_quant_avx2,
 };
 
 const refcg_isa_config refcg_isa_avx2 = {
@@ -1322,6 +1356,7 @@ const refcg_isa_config refcg_isa_avx2 = {
     .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avx2, .pairs = 1, .qmax = 2},
     .binary_rows = refcg_bin_avx2,
     .pool_planes = refcg_pool_avx2,
+    .quantize = refcg_quant_avx2,
 };
 
 #endif /* REFCG_HAVE_X86 */
