@@ -37,9 +37,10 @@ static const refcg_isa_config refcg_isa_scalar = {
     .supported = refcg_cpu_any,
     .signed_domain = 0,
     .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL},
-    .dw = {.rows = refcg_dw_portable, .planes = NULL, .qmax = 0},
+    .dw = {.rows = refcg_dw_portable, .planes = NULL, .pairs = 0, .qmax = 0},
     .binary_rows = NULL,
     .pool_planes = NULL,
+    .quantize = NULL,
 };
 
 static const refcg_isa_config* const refcg_isa_table[] = {
@@ -282,7 +283,7 @@ static inline refcg_epi refcg_make_epi(const refcg_requant* rq, int32_t channels
 
 static inline int refcg_fast_usable(const refcg_conv2d_params* p, const refcg_conv2d_fast* f) {
   if (!f || f->kind == REFCG_FAST_NONE || p->in_dtype == REFCG_S32) return 0;
-  if (p->kernel_h * p->kernel_w > 256) return 0;
+  if (p->kernel_h * p->kernel_w > REFCG_DW_MAX_TAPS) return 0;
   if (f->kind == REFCG_FAST_DEPTHWISE) return p->groups == p->in_c && p->out_c % p->in_c == 0; /* multiplier */
   return p->groups == 1;
 }
@@ -390,6 +391,16 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
     refcg_ws_free(a);
     return -2;
   }
+  int16_t* wpair = NULL; /* once per call: the weights as the variant's rows kernel reads them */
+  if (depthwise && isa->dw.pairs) {
+    const int32_t taps = p->kernel_h * p->kernel_w;
+    wpair = (int16_t*)refcg_ws_alloc((size_t)refcg_dw_pairs_size(taps, cp) * sizeof(int16_t));
+    if (!wpair) {
+      refcg_ws_free(a);
+      return -2;
+    }
+    refcg_dw_pair_weights(f->dw_w, taps, cp, wpair);
+  }
   int64_t seg_off[256];
   for (int32_t n = 0; n < p->batch; ++n) {
     const refcg_pad_job pj = {p, (const uint8_t*)input + n * p->in_stride[0], a, hp, wp, cp, p->in_c, flip,
@@ -399,9 +410,12 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
     const refcg_epi epi = refcg_make_epi(&k->requant, p->out_c, corr, unpack ? (void*)rows : out, p->out_dtype,
                                          unpack ? 1 : p->out_stride[3]);
     if (depthwise) {
-      const refcg_dw_job dj = {a, isa->signed_domain, wp, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
-                               p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, f->dw_w, epi,
-                               p->out_stride[1], p->out_stride[2]};
+      refcg_dw_job dj = {a, isa->signed_domain, wp, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
+                         p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, wpair ? wpair : f->dw_w, epi,
+                         p->out_stride[1], p->out_stride[2], {0}};
+      for (int32_t t = 0; t < p->kernel_h * p->kernel_w; ++t)
+        dj.tap_off[t] = ((int64_t)t / p->kernel_w * p->dilation_h * wp + (int64_t)t % p->kernel_w * p->dilation_w) * cp;
+      dj.tap_off[p->kernel_h * p->kernel_w] = dj.tap_off[p->kernel_h * p->kernel_w - 1];
       refcg_parallel(isa->dw.rows, &dj, p->out_h);
       continue;
     }
@@ -423,6 +437,7 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
       refcg_parallel(refcg_unpack_rows, &uj, p->out_h);
     }
   }
+  if (wpair) refcg_ws_free(wpair);
   if (rows) refcg_ws_free(rows);
   refcg_ws_free(a);
   return 0;
@@ -477,6 +492,16 @@ REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const vo
   j.b = (const uint8_t*)b;
   j.out = (uint8_t*)out;
   refcg_parallel(isa->binary_rows, &j, refcg_bin_chunks(&j, rows));
+  return 0;
+}
+
+REFCG_API int refcg_quantize(const refcg_quantize_params* p, const float* input, void* output) {
+  const refcg_isa_config* isa = refcg_isa_current();
+  const int to_bytes = p->quant_dtype == REFCG_S8 || p->quant_dtype == REFCG_U8;
+  if (!isa->quantize || !to_bytes || p->outer < 0 || p->channels < 1 || p->inner < 8)
+    return refcg_quantize_ref(p, input, output); /* per-channel NHWC (inner 1) has no run to vectorize */
+  const refcg_quant_job j = {p, input, (uint8_t*)output, (p->inner + REFCG_QUANT_CHUNK - 1) / REFCG_QUANT_CHUNK};
+  refcg_parallel(isa->quantize, &j, p->outer * p->channels * j.chunks_per_row);
   return 0;
 }
 

@@ -196,9 +196,10 @@ const refcg_isa_config refcg_isa_dotprod = {
     .supported = refcg_cpu_dotprod,
     .signed_domain = 1,
     .gemm = {.mr = 4, .nv = 1, .tiles = refcg_tiles_dotprod, .planes = NULL},
-    .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_dotprod, .qmax = 4},
+    .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_dotprod, .pairs = 0, .qmax = 4},
     .binary_rows = NULL,
     .pool_planes = refcg_pool_neon,
+    .quantize = NULL,
 };
 
 const refcg_isa_config refcg_isa_neon = {
@@ -207,9 +208,10 @@ const refcg_isa_config refcg_isa_neon = {
     .supported = refcg_cpu_neon,
     .signed_domain = 1,
     .gemm = {.mr = 2, .nv = 1, .tiles = refcg_tiles_neon, .planes = NULL},
-    .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_neon, .qmax = 4},
+    .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_neon, .pairs = 0, .qmax = 4},
     .binary_rows = NULL,
     .pool_planes = refcg_pool_neon,
+    .quantize = NULL,
 };
 
 #endif /* REFCG_HAVE_ARM */

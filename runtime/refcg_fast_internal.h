@@ -240,15 +240,32 @@ REFCG_INLINE void refcg_ws_free(void* p) { free(p); }
 #endif
 
 /* ---- depthwise conv (channel multiplier 1) over the padded input copy ---- */
+#define REFCG_DW_MAX_TAPS 256 /* kernel_h * kernel_w of the fast paths (refcg_fast_usable) */
 typedef struct {
   const uint8_t* a;       /* padded copy: [hp][wp][cp] domain bytes */
   int32_t signed_domain;  /* 1: bytes are int8, 0: uint8 */
   int32_t wp, cp;         /* padded width in pixels, channels per pixel (multiple of 16) */
   int32_t out_w, c, kh, kw, sh, sw, dh, dw;
-  const int16_t* w;       /* [kh*kw][cp] */
+  const int16_t* w;       /* [kh*kw][cp], or the tap pairs of refcg_dw_pair_weights (refcg_dw_config.pairs) */
   refcg_epi epi;
   int64_t o_h, o_w;       /* output element strides per row / pixel */
+  int64_t tap_off[REFCG_DW_MAX_TAPS + 1]; /* bytes from a pixel's first tap to tap t; an odd count's last repeated */
 } refcg_dw_job;
+
+/* vpmaddwd takes two int16 taps per 32-bit lane: per pair of taps (t, t + 1; an odd last tap with a
+ * zero weight) and 16 channels, 32 int16 in the order the lanes of unpacklo/hi_epi16 of the taps'
+ * widened channels hold them: channels 0-3 | 8-11 (tap pairs), then 4-7 | 12-15. */
+REFCG_INLINE int64_t refcg_dw_pairs_size(int32_t taps, int32_t cp) { return (int64_t)(taps + 1) / 2 * cp * 2; }
+
+REFCG_INLINE void refcg_dw_pair_weights(const int16_t* w, int32_t taps, int32_t cp, int16_t* out) {
+  for (int32_t t = 0; t < taps; t += 2)
+    for (int32_t c = 0; c < cp; ++c) {
+      const int32_t l = c % 16, half = l % 8 / 4, lane = l / 8;
+      int16_t* d = out + (int64_t)t * cp + (c - l) * 2 + half * 16 + lane * 8 + l % 4 * 2;
+      d[0] = w[(int64_t)t * cp + c];
+      d[1] = t + 1 < taps ? w[(int64_t)(t + 1) * cp + c] : 0;
+    }
+}
 
 /* Accumulators of 16 channels [c0, c0 + 16) of one output pixel whose first tap is at base. */
 typedef void (*refcg_dw16_fn)(const refcg_dw_job* j, const uint8_t* base, int32_t c0, int32_t* acc);
@@ -593,6 +610,23 @@ REFCG_INLINE void refcg_pool_planes(const refcg_pool_job* j, int64_t q0, int64_t
   }
 }
 
+/* ---- qnn.quantize: rows of [outer * channels][inner] in chunks (what the threads share) ---- */
+#define REFCG_QUANT_CHUNK 4096
+typedef struct {
+  const refcg_quantize_params* p;
+  const float* in;
+  uint8_t* out;
+  int64_t chunks_per_row;
+} refcg_quant_job;
+
+/* Chunk t: the channel of its row and its elements [*i0, *i1). */
+REFCG_INLINE int64_t refcg_quant_chunk(const refcg_quant_job* j, int64_t t, int64_t* i0, int64_t* i1) {
+  const int64_t row = t / j->chunks_per_row, row_end = (row + 1) * j->p->inner;
+  *i0 = row * j->p->inner + t % j->chunks_per_row * REFCG_QUANT_CHUNK;
+  *i1 = *i0 + REFCG_QUANT_CHUNK < row_end ? *i0 + REFCG_QUANT_CHUNK : row_end;
+  return row % j->p->channels;
+}
+
 /* ---- variant configs ----
  * One config per ISA variant, defined next to its kernels with named fields; per op family the
  * kernels and their tiling, NULL where the family keeps the generic path. refcg_fast.c holds the
@@ -606,6 +640,7 @@ typedef struct {
 typedef struct {
   refcg_range_fn rows;         /* rows of refcg_dw_job over the padded NHWC copy */
   refcg_range_fn planes;       /* planar layouts, refcg_dwp_job (NULL: rows on the NHWC copy) */
+  int32_t pairs;               /* rows reads the weights as tap pairs (refcg_dw_pair_weights) */
   int32_t qmax;                /* taps per 32-bit lane of planes: 4 bytes, or 2 int16 (AVX2 vpmaddwd) */
 } refcg_dw_config;
 
@@ -618,6 +653,7 @@ typedef struct {
   refcg_dw_config dw;
   refcg_range_fn binary_rows;  /* qnn.add/subtract/mul rows, refcg_bin_job (NULL: the reference) */
   refcg_range_fn pool_planes;  /* max/avg pool on planar layouts, refcg_pool_job (NULL: the reference) */
+  refcg_range_fn quantize;     /* qnn.quantize chunks, refcg_quant_job (NULL: the reference) */
 } refcg_isa_config;
 
 /* Hidden here, at their first declaration (C++ ignores the attribute on the definitions). */

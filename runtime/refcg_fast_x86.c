@@ -456,21 +456,20 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
   }
 }
 
-/* uint8 inputs zero-extended to int32 lanes, w' sign-extended: vpmaddwd of a lane is x * w'. */
+/* Tap pairs (refcg_dw_pair_weights): per pair, both taps' 16 channels widened to int16 and
+ * interleaved, two vpmaddwd of 8 channels x 2 taps each (uint8 x int16 products: exact in int32). */
 REFCG_INLINE void refcg_dw16_avx2(const refcg_dw_job* j, const uint8_t* base, int32_t c0, int32_t* acc) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
-  for (int32_t kh = 0; kh < j->kh; ++kh) {
-    for (int32_t kw = 0; kw < j->kw; ++kw) {
-      const uint8_t* x = base + ((int64_t)kh * j->dh * j->wp + (int64_t)kw * j->dw) * j->cp + c0;
-      const int16_t* w = j->w + (int64_t)(kh * j->kw + kw) * j->cp + c0;
-      const __m128i xv = _mm_loadu_si128((const __m128i*)x), wv = _mm_loadu_si128((const __m128i*)w);
-      const __m128i wv1 = _mm_loadu_si128((const __m128i*)(w + 8));
-      a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_cvtepu8_epi32(xv), _mm256_cvtepi16_epi32(wv)));
-      a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_cvtepu8_epi32(_mm_srli_si128(xv, 8)), _mm256_cvtepi16_epi32(wv1)));
-    }
+  __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+  const int16_t* w = j->w + (int64_t)c0 * 2;
+  const int32_t taps = j->kh * j->kw;
+  for (int32_t t = 0; t < taps; t += 2, w += 2 * j->cp) {
+    const __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(base + j->tap_off[t] + c0)));
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(base + j->tap_off[t + 1] + c0)));
+    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), _mm256_loadu_si256((const __m256i*)w)));
+    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), _mm256_loadu_si256((const __m256i*)(w + 16))));
   }
-  _mm256_storeu_si256((__m256i*)acc, a0);
-  _mm256_storeu_si256((__m256i*)(acc + 8), a1);
+  _mm256_storeu_si256((__m256i*)acc, _mm256_permute2x128_si256(lo, hi, 0x20));
+  _mm256_storeu_si256((__m256i*)(acc + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
 static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
@@ -593,6 +592,38 @@ REFCG_INLINE void refcg_bin_row_avx2(const refcg_bin_job* j, const void* ctx, in
       v = _mm256_max_epi32(_mm256_min_epi32(v, hi), lo);
     }
     refcg_store_bytes_avx2(j->out + io + i, v, n - i);
+  }
+}
+
+/* refcg_quantize_one on 8 lanes: roundf (half away from zero) as trunc plus the sign where the
+ * dropped fraction is >= 0.5 (y - trunc(y) is exact); the clamp keeps a NaN for the conversion,
+ * as the scalar comparisons do. */
+REFCG_INLINE void refcg_quant_run_avx2(const refcg_quantize_params* p, const float* in, uint8_t* out, int64_t c,
+                                       int64_t i0, int64_t i1) {
+  const float lo_f = p->quant_dtype == REFCG_U8 ? 0.0f : -128.0f, hi_f = p->quant_dtype == REFCG_U8 ? 255.0f : 127.0f;
+  const __m256 s = _mm256_set1_ps(p->scale[c]), zp = _mm256_set1_ps((float)p->zero_point[c]);
+  const __m256 lo = _mm256_set1_ps(lo_f), hi = _mm256_set1_ps(hi_f), half = _mm256_set1_ps(0.5f);
+  const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+  int64_t i = i0;
+  for (; i + 8 <= i1; i += 8) {
+    const __m256 x = _mm256_loadu_ps(in + i);
+    const __m256 y = p->multiply ? _mm256_mul_ps(x, s) : _mm256_div_ps(x, s);
+    const __m256 t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(y, t)), half, _CMP_GE_OQ);
+    __m256 v = _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(_mm256_and_ps(y, sign), one)));
+    v = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_add_ps(v, zp)));
+    refcg_store_bytes_avx2(out + i, _mm256_cvttps_epi32(v), 8);
+  }
+  for (; i < i1; ++i)
+    refcg_store(out, i, p->quant_dtype, refcg_quantize_one(in[i], p->scale[c], p->multiply, p->zero_point[c], p->quant_dtype));
+}
+
+static void refcg_quant_avx2(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_quant_job* j = (const refcg_quant_job*)ctx;
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t i0, i1;
+    const int64_t c = refcg_quant_chunk(j, t, &i0, &i1);
+    refcg_quant_run_avx2(j->p, j->in, j->out, c, i0, i1);
   }
 }
 
@@ -1298,9 +1329,10 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .supported = refcg_cpu_avx512vnni,
     .signed_domain = 0,
     .gemm = {.mr = REFCG_X512_MR, .nv = REFCG_X512_NV, .tiles = refcg_tiles_avx512vnni, .planes = refcg_gemmp_avx512},
-    .dw = {.rows = refcg_dw_avx512, .planes = refcg_dwp_avx512, .qmax = 4},
+    .dw = {.rows = refcg_dw_avx512, .planes = refcg_dwp_avx512, .pairs = 0, .qmax = 4},
     .binary_rows = refcg_bin_avx512,
     .pool_planes = refcg_pool_avx512,
+    .quantize = refcg_quant_avx2,
 };
 
 const refcg_isa_config refcg_isa_avxvnni = {
@@ -1309,9 +1341,10 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .supported = refcg_cpu_avxvnni,
     .signed_domain = 0,
     .gemm = {.mr = 6, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL},
-    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avxvnni, .qmax = 4},
+    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avxvnni, .pairs = 1, .qmax = 4},
     .binary_rows = refcg_bin_avx2,
     .pool_planes = refcg_pool_avx2,
+    .quantize = refcg_quant_avx2,
 };
 
 const refcg_isa_config refcg_isa_avx2 = {
@@ -1320,9 +1353,10 @@ const refcg_isa_config refcg_isa_avx2 = {
     .supported = refcg_cpu_avx2,
     .signed_domain = 0,
     .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avx2, .planes = NULL},
-    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avx2, .qmax = 2},
+    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avx2, .pairs = 1, .qmax = 2},
     .binary_rows = refcg_bin_avx2,
     .pool_planes = refcg_pool_avx2,
+    .quantize = refcg_quant_avx2,
 };
 
 #endif /* REFCG_HAVE_X86 */

@@ -559,3 +559,41 @@ def test_float_requantize_boundaries_every_variant(core, isa, layout):
                 results[lowering] = check_variants(core, lambda ref: run_binary(
                     core, "mul", a, b, "int8", rq, rq, (0, 0, fc.MUL_ZP), (-128, 127), ref), lowering)
             assert not np.array_equal(results[FMA], results[NO_FMA]), rounding
+
+
+# (outer, channels, inner): one tensor of several chunks and a tail of 3; per axis with runs of 37;
+# per axis with runs of 1 (the NHWC channel axis: the reference)
+QUANTIZE_SHAPES = [(1, 1, 3 * 4096 + 3), (2, 3, 37), (5, 4, 1)]
+
+
+@pytest.mark.parametrize("shape", QUANTIZE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("multiply", [0, 1])
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_quantize_variants_bit_exact(core, isa, shape, multiply, dtype):
+    """refcg_quantize on every variant against the reference and numpy (round half away from zero,
+    then the zero point, the clamp, the cast): ties of both signs, values past the range, infinities;
+    a NaN as the reference converts it."""
+    outer, channels, inner = shape
+    rng = np.random.default_rng(zlib.crc32(repr((shape, multiply, dtype)).encode()))
+    scale = rng.uniform(0.01, 0.1, channels).astype(np.float32)
+    zp = rng.integers(0, 256, channels) - (128 if dtype == "int8" else 0)
+    step = (1 / scale if multiply else scale).astype(np.float32)  # what x is multiplied or divided by
+    k = rng.integers(-200, 200, (outer, channels, inner))
+    x = (k + rng.choice([0.0, 0.5, 0.49999997, 0.50000006, rng.uniform()], k.shape)).astype(np.float32)
+    x = x * (1 / step if multiply else step)[None, :, None]  # near ties once scaled back
+    x = x.astype(np.float32)
+    x.flat[:6] = [np.inf, -np.inf, 1e30, -1e30, -0.0, np.nan][: x.size]
+    p = core.ffi.new("refcg_quantize_params*")
+    p.outer, p.channels, p.inner, p.quant_dtype, p.multiply = outer, channels, inner, DTYPE_CODE[dtype], multiply
+    keep = [core.ptr(step, "float*"), core.ptr(zp.astype(np.int32), "int32_t*")]
+    p.scale, p.zero_point = keep
+    got, ref = np.empty(x.shape, dtype), np.empty(x.shape, dtype)
+    assert core.lib.refcg_quantize(p, core.ptr(x, "float*"), core.ffi.from_buffer(got)) == 0
+    assert core.lib.refcg_quantize_ref(p, core.ptr(x, "float*"), core.ffi.from_buffer(ref)) == 0
+    assert np.array_equal(got, ref), isa
+    y = (x * step[None, :, None] if multiply else x / step[None, :, None]).astype(np.float64)  # float32 products
+    info = np.iinfo(dtype)
+    with np.errstate(invalid="ignore"):
+        want = np.clip(np.sign(y) * np.floor(np.abs(y) + 0.5) + zp[None, :, None], info.min, info.max)
+    finite = ~np.isnan(x)
+    assert np.array_equal(got[finite], want[finite].astype(dtype)), isa

@@ -1,5 +1,5 @@
 """refcg.quantize: qnn.quantize of a computed float32 tensor, or qnn.dequantize, per tensor or along
-any axis (runtime refcg_quantize_ref / refcg_dequantize_ref)."""
+any axis (runtime refcg_quantize, vectorized where the variant has it, and refcg_dequantize_ref)."""
 from __future__ import annotations
 
 import numpy as np
@@ -109,7 +109,8 @@ class Quantize(OneCall):
         values = {"params": params, "op": self.op,
                   "scales": np.broadcast_to(scales, (channels,)).astype("float32").tolist(),
                   "zero_points": np.broadcast_to(zps, (channels,)).astype("int64").tolist()}
-        return Step(name, NAME, srcs[:1], dst, values, [Call(f"refcg_{self.op}_ref", ["params"], srcs[:1], dst)])
+        function = "refcg_quantize" if self.op == "quantize" else "refcg_dequantize_ref"
+        return Step(name, NAME, srcs[:1], dst, values, [Call(function, ["params"], srcs[:1], dst)])
 
 
 def parse(body) -> Quantize:

@@ -149,6 +149,8 @@ typedef struct {
 } refcg_quantize_params;
 
 REFCG_API int refcg_quantize_ref(const refcg_quantize_params* p, const float* input, void* output);
+/* The same, vectorized where the variant has it (refcg_fast.c). */
+REFCG_API int refcg_quantize(const refcg_quantize_params* p, const float* input, void* output);
 REFCG_API int refcg_dequantize_ref(const refcg_quantize_params* p, const void* input, float* output);
 
 /* nn.max_pool2d on int8/uint8, and nn.avg_pool2d / nn.global_avg_pool2d computed in int32
