@@ -289,7 +289,7 @@ def tvm_rounding_mates(main: relay.Function) -> list:
     Offloading one would change the loop that op is computed in, so its rounding (the TVM-only
     kernel of qnn.leaky_relu -> qnn.hardswish -> reshape vectorizes the reshape's last axis; without
     the table op and the reshape, the leaky_relu's own one)."""
-    from .stagewise import _fusable_op  # the FuseOps pattern test shared with the stagewise rule
+    from .stagewise import fusable_op  # the FuseOps pattern test shared with the stagewise rule
 
     inside, readers = set(), {}
 
@@ -335,7 +335,7 @@ def tvm_rounding_mates(main: relay.Function) -> list:
                     if kind not in ANCHORS:
                         todo.append(other)
                 elif isinstance(other, (relay.Tuple, relay.TupleGetItem)) or (
-                        isinstance(other, relay.Call) and isinstance(other.op, tvm.ir.Op) and _fusable_op(other.op.name)):
+                        isinstance(other, relay.Call) and isinstance(other.op, tvm.ir.Op) and fusable_op(other.op.name)):
                     todo.append(other)
     return list(found.items())
 

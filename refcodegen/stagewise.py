@@ -80,7 +80,7 @@ def _op_name(expr) -> str | None:
     return expr.op.name if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) else None
 
 
-def _fusable_op(name: str) -> bool:
+def fusable_op(name: str) -> bool:
     """Elementwise, broadcast or injective (TOpPattern <= kInjective), or a qnn unary op (no pattern:
     canonicalized to elementwise ops). Injective ops included: over-approximates FuseOps' growth."""
     pattern = tvm.ir.Op.get(name).get_attr("TOpPattern")
@@ -97,7 +97,7 @@ def _grows_into(expr) -> bool:
     if kind is not None:
         return kind not in _STOPS
     name = _op_name(expr)
-    return name is not None and _fusable_op(name)
+    return name is not None and fusable_op(name)
 
 
 def _rounds(expr) -> bool:
@@ -232,7 +232,7 @@ def tag_stagewise_inputs(mod):
                 todo.append(node.tuple_value)
             elif isinstance(node, relay.Tuple):
                 todo += list(node.fields)
-            elif _op_name(node) is not None and _fusable_op(_op_name(node)):
+            elif _op_name(node) is not None and fusable_op(_op_name(node)):
                 todo += list(node.args)
         return found
 
