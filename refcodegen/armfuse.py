@@ -36,7 +36,7 @@ from .ops.epilogue import Epilogue
 from .ops.pool2d import Pool2D
 from .errors import RefcgError
 from .numerics import conv2d_output_sliced, injective_lanes, is_arm_cpu_aarch64, tvm_aarch64_lanes
-from .stagewise import STAGEWISE_INPUTS_ATTR
+from .stagewise import STAGEWISE_INPUTS_ATTR, fusable_op
 
 INPUTS_ATTR = "RefcgInputsFromGraph"  # per partition parameter: FREE, CONCATENATED or 0 (maybe an anchor's)
 FREE = 1  # no TVM kernel this input's readers may join computes it: they start their own group
@@ -289,8 +289,6 @@ def tvm_rounding_mates(main: relay.Function) -> list:
     Offloading one would change the loop that op is computed in, so its rounding (the TVM-only
     kernel of qnn.leaky_relu -> qnn.hardswish -> reshape vectorizes the reshape's last axis; without
     the table op and the reshape, the leaky_relu's own one)."""
-    from .stagewise import fusable_op  # the FuseOps pattern test shared with the stagewise rule
-
     inside, readers = set(), {}
 
     def visit_composites(node):
