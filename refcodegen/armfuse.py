@@ -320,7 +320,7 @@ def tvm_rounding_mates(main: relay.Function) -> list:
             continue
         why = (f"TVM-only may compute it in one kernel with a {name} left in TVM, whose rounding (NEON or not) "
                "follows that kernel's loop: they stay in TVM together")
-        seen, todo = {seed}, [seed]
+        seen, todo = {seed, main.body}, [seed]  # main's result tuple joins no kernels
         while todo:
             node = todo.pop()
             for other in children(node) + readers.get(node, []):

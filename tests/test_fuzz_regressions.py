@@ -258,6 +258,11 @@ def test_what_tvm_only_fuses_with_a_requantizing_op_left_in_tvm_stays_with_it(tm
     assert not reasons[left].startswith("aarch64 rounding"), report  # left in TVM for a reason of its own
     for op in mates:
         assert f"{left} left in TVM" in reasons[op], report
+    # batched with an independent chain (as the fuzz builds them), that chain's conv stays offloaded
+    conv = ChainSpec(**{**STRIDED_1X1_NHWC, "ops": [{**STRIDED_1X1_NHWC["ops"][0], "strides": (1, 1)}]})
+    both = build_batch([spec, conv], "aarch64-neon")[0]
+    report = offload_report(partition_for_refcg(both, target=ALL_NUMERICS["aarch64-neon"][0]))
+    assert report.offloaded_ops.get("qnn.conv2d") == 1, report
     x86 = offload_report(partition_for_refcg(mod, target="llvm"))  # no NEON: the x86 build offloads all
     assert not x86.stayed, x86
     ensure_host()
