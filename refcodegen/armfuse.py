@@ -35,7 +35,7 @@ from .ops.conv2d import Conv2D
 from .ops.epilogue import Epilogue
 from .ops.pool2d import Pool2D
 from .errors import RefcgError
-from .numerics import conv2d_output_sliced, injective_lanes, is_arm_cpu_aarch64, tvm_aarch64_lanes
+from .numerics import conv2d_output_sliced, injective_lanes, is_arm_cpu_aarch64, resolve_mode, tvm_aarch64_lanes
 from .stagewise import STAGEWISE_INPUTS_ATTR, fusable_op
 
 INPUTS_ATTR = "RefcgInputsFromGraph"  # per partition parameter: FREE, CONCATENATED or 0 (maybe an anchor's)
@@ -342,8 +342,6 @@ def _may_round_with_neon(call) -> bool:
     """Whether the requantize in ``call``'s canonical form can take the NEON path: UPWARD in int64
     (``resolve_mode``; a requantize_config of float32 computes in floats) and per tensor
     (q_multiply_shift_per_axis has no aarch64 lowering). qnn.softmax multiplies in fixed point itself."""
-    from .numerics import resolve_mode
-
     name = op_name(call)
     if name == "qnn.softmax":
         return True
