@@ -273,7 +273,7 @@ class FusionContext:
         return lanes == 4
 
 
-TVM_ROUNDING_MATE_ATTR = "RefcgTvmRoundingMate"  # on a composite of ``tvm_rounding_mates`` (a partition without target=)
+TVM_ROUNDING_MATE_ATTR = "RefcgTvmRoundingMate"  # a ``neon_rounding_seed`` mate (a partition without target=)
 
 # The QNN ops whose canonical form requantizes (tir.q_multiply_shift): src/relay/qnn/op/{requantize,
 # concatenate,leaky_relu,mul,softmax}.cc and op_common.h (add, subtract) at v0.19.0. Left in TVM on
@@ -282,13 +282,14 @@ TVM_ROUNDING_OPS = ("qnn.requantize", "qnn.add", "qnn.subtract", "qnn.mul", "qnn
                     "qnn.softmax")
 
 
-def tvm_rounding_mates(main: relay.Function) -> list:
+def tvm_kernel_mates(main: relay.Function, seed) -> list:
     """(composite call, reason) for the composite calls of ``main`` (after MergeComposite) that TVM-only
-    may compute in one kernel with a requantizing QNN op left in TVM (``TVM_ROUNDING_OPS``): reached
-    through TVM's elementwise/injective ops and non-anchor composites, as ``FusionContext.kernel_mates``.
-    Offloading one would change the loop that op is computed in, so its rounding (the TVM-only
-    kernel of qnn.leaky_relu -> qnn.hardswish -> reshape vectorizes the reshape's last axis; without
-    the table op and the reshape, the leaky_relu's own one)."""
+    may compute in one kernel with a plain TVM op whose value depends on that kernel's code: ``seed(call)``
+    describes such an op, or is None. Reached through TVM's elementwise/injective ops and non-anchor
+    composites, as ``FusionContext.kernel_mates``. Offloading one would change the kernel the op is
+    computed in: a requantize's NEON rounding (``neon_rounding_seed``; the TVM-only kernel of
+    qnn.leaky_relu -> qnn.hardswish -> reshape vectorizes the reshape's last axis, the leaky_relu alone
+    its own), an undefined float-to-int conversion's result."""
     inside, readers = set(), {}
 
     def visit_composites(node):
@@ -314,13 +315,12 @@ def tvm_rounding_mates(main: relay.Function) -> list:
 
     relay.analysis.post_order_visit(main.body, visit)
     found: dict = {}
-    for seed in nodes:
-        name = op_name(seed) if isinstance(seed, relay.Call) and isinstance(seed.op, tvm.ir.Op) else None
-        if name not in TVM_ROUNDING_OPS or not _may_round_with_neon(seed):
+    for node in nodes:
+        what = seed(node) if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) else None
+        if what is None:
             continue
-        why = (f"TVM-only may compute it in one kernel with a {name} left in TVM, whose rounding (NEON or not) "
-               "follows that kernel's loop: they stay in TVM together")
-        seen, todo = {seed, main.body}, [seed]  # main's result tuple joins no kernels
+        why = f"TVM-only may compute it in one kernel with {what}: they stay in TVM together"
+        seen, todo = {node, main.body}, [node]  # main's result tuple joins no kernels
         while todo:
             node = todo.pop()
             for other in children(node) + readers.get(node, []):
@@ -336,6 +336,14 @@ def tvm_rounding_mates(main: relay.Function) -> list:
                         isinstance(other, relay.Call) and isinstance(other.op, tvm.ir.Op) and fusable_op(other.op.name)):
                     todo.append(other)
     return list(found.items())
+
+
+def neon_rounding_seed(call) -> str | None:
+    """``tvm_kernel_mates``' seed on aarch64: a requantizing QNN op (``TVM_ROUNDING_OPS``)."""
+    name = op_name(call)
+    if name in TVM_ROUNDING_OPS and _may_round_with_neon(call):
+        return f"a {name} left in TVM, whose rounding (NEON or not) follows that kernel's loop (aarch64 rounding)"
+    return None
 
 
 def _may_round_with_neon(call) -> bool:
@@ -357,8 +365,8 @@ def _may_round_with_neon(call) -> bool:
 
 
 def refuse_tvm_rounding_mates(func: relay.Function, target, symbol: str):
-    """For a partition made without ``target=`` and built for aarch64: raise where ``tvm_rounding_mates``
-    would have left composites in TVM (they carry TVM_ROUNDING_MATE_ATTR)."""
+    """For a partition made without ``target=`` and built for aarch64: raise where ``tvm_kernel_mates``
+    would have left composites in TVM for ``neon_rounding_seed`` (they carry TVM_ROUNDING_MATE_ATTR)."""
     if not is_arm_cpu_aarch64(target):
         return
     tagged = []

@@ -7,10 +7,12 @@ import tvm
 from tvm import relay
 from tvm.relay.build_module import bind_params_by_name
 
-from .armfuse import TVM_ROUNDING_MATE_ATTR, FusionContext, keep_boundaries, tag_boundaries, tvm_rounding_mates
+from .armfuse import (TVM_ROUNDING_MATE_ATTR, FusionContext, keep_boundaries, neon_rounding_seed, tag_boundaries,
+                      tvm_kernel_mates)
 from .numerics import is_arm_cpu_aarch64
 from .stagewise import tag_stagewise_inputs, tangled_composites
 from .ops import COMPILER, CheckContext, family_of, pattern_table
+from .ops.base import op_name
 from .ops.quantize import SCALE_LOADED_ATTR
 from .plan import build_plan
 from .scoped_fold import scoped_fold
@@ -77,8 +79,9 @@ def partition_for_refcg(mod, params=None, *, target=None, fold_batch_norm: bool 
         if is_arm_cpu_aarch64(target):
             mod = _partition_aarch64(mod, ctx)
         else:
+            mod = _keep_tvm_kernels_whole(mod, ctx, _undefined_cast_seed(ctx))
             if target is None:  # an aarch64 build would need them in TVM: the codegen refuses them there
-                mates = {call.op for call, _ in tvm_rounding_mates(mod["main"])}
+                mates = {call.op for call, _ in tvm_kernel_mates(mod["main"], neon_rounding_seed)}
                 mod = _map_composites(mod, lambda call, _: _with_attr(call, TVM_ROUNDING_MATE_ATTR, 1)
                                       if call.op in mates else call)
             mod = _partition(mod)
@@ -104,8 +107,9 @@ def _partition_aarch64(mod, ctx: CheckContext):
     operands and result feed once partitioned, so: partition, let the planner ask armfuse each
     question, put the undecided composites back into the graph as plain ops, partition again."""
     mod = _map_composites(mod, lambda call, number: _with_attr(call, MATCH_ATTR, number))
+    cast_seed = _undefined_cast_seed(ctx)
     for rounds in range(MAX_ROUNDS + 1):
-        mod = _keep_tvm_rounding_kernels_whole(mod, ctx)
+        mod = _keep_tvm_kernels_whole(mod, ctx, lambda call: neon_rounding_seed(call) or cast_seed(call))
         partitioned = _partition(mod)
         undecided = {}
         for _, func in refcg_functions(partitioned):
@@ -121,21 +125,34 @@ def _partition_aarch64(mod, ctx: CheckContext):
         mod = _map_composites(mod, lambda call, number: _inlined(call) if number in undecided else call)
 
 
-def _keep_tvm_rounding_kernels_whole(mod, ctx: CheckContext):
-    """The composites TVM-only computes in one kernel with a requantizing op left in TVM stay in TVM
-    with it (armfuse.tvm_rounding_mates), until there are none (a composite put back may be one)."""
+def _keep_tvm_kernels_whole(mod, ctx: CheckContext, seed):
+    """The composites TVM-only computes in one kernel with a TVM op whose value depends on that kernel
+    (armfuse.tvm_kernel_mates with ``seed``) stay in TVM with it, until there are none (a composite put
+    back may be such an op)."""
     while True:
-        mates = {_number(call): reason for call, reason in tvm_rounding_mates(mod["main"])}
+        mates = {call.op: reason for call, reason in tvm_kernel_mates(mod["main"], seed)}
         if not mates:
             return mod
 
-        def keep(call, number):
-            if number not in mates:
+        def keep(call, _):
+            if call.op not in mates:
                 return call
-            ctx.rejections.record(_members(call), f"aarch64 rounding: {mates[number]}")
+            ctx.rejections.record(_members(call), mates[call.op])
             return _inlined(call)
 
         mod = _map_composites(mod, keep)
+
+
+def _undefined_cast_seed(ctx: CheckContext):
+    """``tvm_kernel_mates``' seed on every target: a cast after a qnn.quantize left in TVM because the
+    quantize's values do not fit its type (consumers._float_casts_after_quantize): TVM-only converts the
+    clipped float straight to it, undefined in LLVM, so the code of the kernel decides the result."""
+    def seed(call) -> str | None:
+        if op_name(call) == "cast" and ctx.dequantize_uses.cast_reason(call):
+            return f"a cast to {call.attrs.dtype} left in TVM whose out-of-range values the kernel's code decides"
+        return None
+
+    return seed
 
 
 def _undecided(func, target) -> list:

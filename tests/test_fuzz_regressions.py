@@ -227,7 +227,7 @@ def test_aarch64_rounding_refcg_cannot_tell_stays_in_tvm(found, op, why):
 # hardswish table and the reshape in one kernel whose loop vectorizes the reshape's last axis (3: scalar,
 # the exact rounding). With those two offloaded, TVM's kernel of the leaky_relu alone vectorized its own
 # last axis (4 lanes: NEON's double rounding). Now what TVM-only fuses with a requantizing op left in TVM
-# stays with it (armfuse.tvm_rounding_mates).
+# stays with it (armfuse.tvm_kernel_mates).
 LEAKY_INTO_TABLE = dict(
     shape=(2, 9, 1, 4), layout="NHWC", dtype="uint8", scale=0.15072400867938995, zp=193, seed=10, shared=True, ops=[
         {"op": "lut", "form": "qnn.leaky_relu", "alpha": 0.2, "out_dtype": "uint8", "out_scale": 0.36297130584716797,
@@ -273,6 +273,42 @@ def test_what_tvm_only_fuses_with_a_requantizing_op_left_in_tvm_stays_with_it(tm
         result = check_batch([spec], "aarch64-neon", tmp_path, merge=True, runner=host.runner("aarch64-neon"))
     finally:
         host.close()
+    assert result["cases"] == 1 and not result["mismatches"], result
+
+
+# Found 2026-12-02 by make fuzz-arm on 65a9ae8 (seed 10100, aarch64-dotprod): max diff 21. The cast to int8 of a
+# uint8 qnn.quantize stays in TVM (consumers._float_casts_after_quantize: TVM-only converts the clipped float
+# straight to int8, undefined in LLVM above 127); the concatenate TVM-only computes in the cast's kernel was
+# offloaded, so TVM computed the cast in a kernel of its own, whose code decided the out-of-range values
+# differently. Now what TVM-only fuses with such a cast stays with it, on every target.
+CAST_INTO_CONCAT = dict(
+    shape=(3, 16), layout="", dtype="uint8", scale=0.006117112934589386, zp=128, seed=636, shared=False, ops=[
+        {"op": "lut", "form": "sigmoid", "alpha": 0.2, "out_dtype": "uint8", "out_scale": 0.2850102186203003,
+         "out_zp": 128},
+        {"op": "copy", "kind": "cast", "dtype": "int8"},
+        {"op": "concat", "axis": 1, "extra": 1, "o_scale": 0.5, "o_zp": 0, "out_scale": 0.041251178830862045,
+         "out_zp": -128}])
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "aarch64-dotprod"])
+def test_what_tvm_only_fuses_with_an_undefined_cast_left_in_tvm_stays_with_it(tmp_path, numerics):
+    spec = ChainSpec(**CAST_INTO_CONCAT)
+    mod = build_batch([spec], numerics)[0]
+    report = offload_report(partition_for_refcg(mod, target=ALL_NUMERICS[numerics][0]))
+    reasons = {name: reason for name, _, reason in report.stayed}
+    assert "cast to int8 left in TVM" in reasons["qnn.concatenate"], report
+    runner = None
+    if numerics != "llvm":
+        ensure_host()
+        from fuzzing.arm import EmulatedHost
+
+        host = EmulatedHost()
+        runner = host.runner(numerics)
+    try:
+        result = check_batch([spec], numerics, tmp_path, merge=True, **({"runner": runner} if runner else {}))
+    finally:
+        if runner:
+            host.close()
     assert result["cases"] == 1 and not result["mismatches"], result
 
 
