@@ -505,6 +505,78 @@ REFCG_API int refcg_quantize(const refcg_quantize_params* p, const float* input,
   return 0;
 }
 
+
+/* ---- sum / mean (refcg_reduce_params): chunks of up to REFCG_REDUCE_CHUNK inner elements, every
+ * input row of a chunk added into int32 lanes by a loop per dtype the compiler vectorizes (the
+ * reference reads element by element through a dtype switch); a contiguous run (inner 1) is one
+ * vectorized sum. Sums wrap in uint32 and means truncate, as in refcg_reduce_ref. ---- */
+#define REFCG_REDUCE_CHUNK 256
+typedef struct {
+  const refcg_reduce_params* p;
+  const void* in;
+  void* out;
+  int64_t chunks; /* per outer index */
+} refcg_reduce_job;
+
+#define REFCG_REDUCE_ADD(T, x, acc, n)             \
+  do {                                             \
+    const T* x_ = (const T*)(x);                   \
+    for (int64_t i_ = 0; i_ < (n); ++i_) (acc)[i_] += (uint32_t)(int32_t)x_[i_]; \
+  } while (0)
+
+/* acc[0, n) += the n elements at element index at */
+static inline void refcg_reduce_add(const refcg_reduce_params* p, const void* in, int64_t at, uint32_t* acc, int64_t n) {
+  switch (p->in_dtype) {
+    case REFCG_S8: REFCG_REDUCE_ADD(int8_t, (const int8_t*)in + at, acc, n); break;
+    case REFCG_U8: REFCG_REDUCE_ADD(uint8_t, (const uint8_t*)in + at, acc, n); break;
+    case REFCG_S16: REFCG_REDUCE_ADD(int16_t, (const int16_t*)in + at, acc, n); break;
+    default: REFCG_REDUCE_ADD(int32_t, (const int32_t*)in + at, acc, n); break;
+  }
+}
+
+/* the sum of the n elements at element index at */
+static inline uint32_t refcg_reduce_run(const refcg_reduce_params* p, const void* in, int64_t at, int64_t n) {
+  uint32_t sum = 0;
+  switch (p->in_dtype) {
+    case REFCG_S8: for (int64_t i = 0; i < n; ++i) sum += (uint32_t)(int32_t)((const int8_t*)in)[at + i]; break;
+    case REFCG_U8: for (int64_t i = 0; i < n; ++i) sum += ((const uint8_t*)in)[at + i]; break;
+    case REFCG_S16: for (int64_t i = 0; i < n; ++i) sum += (uint32_t)(int32_t)((const int16_t*)in)[at + i]; break;
+    default: for (int64_t i = 0; i < n; ++i) sum += (uint32_t)((const int32_t*)in)[at + i]; break;
+  }
+  return sum;
+}
+
+static inline void refcg_reduce_store(const refcg_reduce_params* p, void* out, int64_t i, uint32_t sum) {
+  int32_t v = (int32_t)sum;
+  if (p->is_mean) v /= (int32_t)p->reduce;
+  refcg_store(out, i, p->out_dtype, v);
+}
+
+static void refcg_reduce_chunks(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_reduce_job* j = (const refcg_reduce_job*)ctx;
+  const refcg_reduce_params* p = j->p;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t o = t / j->chunks;
+    if (p->inner == 1) {
+      refcg_reduce_store(p, j->out, o, refcg_reduce_run(p, j->in, o * p->reduce, p->reduce));
+      continue;
+    }
+    const int64_t i0 = t % j->chunks * REFCG_REDUCE_CHUNK;
+    const int64_t n = p->inner - i0 < REFCG_REDUCE_CHUNK ? p->inner - i0 : REFCG_REDUCE_CHUNK;
+    uint32_t acc[REFCG_REDUCE_CHUNK] = {0};
+    for (int64_t r = 0; r < p->reduce; ++r) refcg_reduce_add(p, j->in, (o * p->reduce + r) * p->inner + i0, acc, n);
+    for (int64_t i = 0; i < n; ++i) refcg_reduce_store(p, j->out, o * p->inner + i0 + i, acc[i]);
+  }
+}
+
+REFCG_API int refcg_reduce(const refcg_reduce_params* p, const void* input, void* output) {
+  if (p->reduce <= 0 || p->inner <= 0 || p->outer < 0 || p->in_dtype < REFCG_S8 || p->in_dtype > REFCG_S16)
+    return refcg_reduce_ref(p, input, output);
+  const refcg_reduce_job j = {p, input, output, (p->inner + REFCG_REDUCE_CHUNK - 1) / REFCG_REDUCE_CHUNK};
+  refcg_parallel(refcg_reduce_chunks, &j, p->outer * j.chunks);
+  return 0;
+}
+
 /* Max pooling with channels contiguous (NHWC, or the channels-last layout the planner keeps NCHW
  * networks in): per output pixel, a running byte max over the valid taps, channels in the vector
  * lanes. Bytes are compared in the unsigned domain (int8 XOR 0x80), where the padding minimum is 0. */

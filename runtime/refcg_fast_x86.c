@@ -1079,9 +1079,37 @@ REFCG_INLINE void refcg_dw_px_avx512(const refcg_dw_job* j, const uint8_t* base,
   for (int q = 0; q < PX; ++q) refcg_epi_vec_avx512(&j->epi, r, acc[q], c0, nvalid, out_off + q * j->o_w);
 }
 
+/* The same for kernel rows K taps wide, undilated along W, stride S: per kernel row the
+ * (PX - 1) * S + K input columns of the PX pixels are widened once and shared by the taps that
+ * read them (pixel q's tap kw is column q * S + kw), instead of one widening per pixel and tap. */
+REFCG_INLINE void refcg_dw_cols_avx512(const refcg_dw_job* j, const uint8_t* base, int64_t rowb, const int32_t* wide,
+                                       int32_t c0, const refcg_rqv_avx512* r, __m512i corr, int64_t out_off,
+                                       const int K, const int PX, const int S) {
+  __m512i acc[8], col[(8 - 1) * 2 + 5]; /* at most 27 of the 32 zmm with the weight */
+  for (int q = 0; q < PX; ++q) acc[q] = corr;
+  for (int32_t kh = 0; kh < j->kh; ++kh, base += rowb) {
+    for (int i = 0; i < (PX - 1) * S + K; ++i)
+      col[i] = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(base + (int64_t)i * j->cp)));
+    for (int kw = 0; kw < K; ++kw) {
+      const __m512i w = _mm512_load_si512(wide + 16 * (kh * K + kw));
+      for (int q = 0; q < PX; ++q) acc[q] = _mm512_dpwssd_epi32(acc[q], col[q * S + kw], w);
+    }
+  }
+  const int32_t nvalid = j->c - c0 < 16 ? j->c - c0 : 16;
+  for (int q = 0; q < PX; ++q) refcg_epi_vec_avx512(&j->epi, r, acc[q], c0, nvalid, out_off + q * j->o_w);
+}
+
+/* Pixels [ow, out_w) of one output row with refcg_dw_cols_avx512, PX at a time. */
+#define REFCG_DW_COLS_ROW(K, PX, S)                                                                          \
+  for (; ow + (PX) <= j->out_w; ow += (PX))                                                                  \
+    refcg_dw_cols_avx512(j, row + ow * pstride, rowb, wide, c0, &r, corr, oh * j->o_h + ow * j->o_w, K, PX, S)
+
 static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
   const refcg_dw_job* j = (const refcg_dw_job*)ctx;
   const int32_t taps = j->kh * j->kw;
+  /* the column-sharing kernels: 3- and 5-wide rows, stride 1 or 2, 8 then 4 pixels at a time */
+  const int cols = j->dw == 1 && (j->kw == 3 || j->kw == 5) && (j->sw == 1 || j->sw == 2) && taps <= 32;
+  const int64_t rowb = (int64_t)j->dh * j->wp * j->cp;
   if (taps > 32) {
     refcg_dw_rows(j, r0, r1, refcg_dw16_avx512, refcg_epi_avx512);
     return;
@@ -1099,6 +1127,19 @@ static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
     for (int64_t oh = r0; oh < r1; ++oh) {
       const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
       int32_t ow = 0;
+      if (cols && j->kw == 3 && j->sw == 1) {
+        REFCG_DW_COLS_ROW(3, 8, 1);
+        REFCG_DW_COLS_ROW(3, 4, 1);
+      } else if (cols && j->kw == 3) {
+        REFCG_DW_COLS_ROW(3, 8, 2);
+        REFCG_DW_COLS_ROW(3, 4, 2);
+      } else if (cols && j->sw == 1) {
+        REFCG_DW_COLS_ROW(5, 8, 1);
+        REFCG_DW_COLS_ROW(5, 4, 1);
+      } else if (cols) {
+        REFCG_DW_COLS_ROW(5, 8, 2);
+        REFCG_DW_COLS_ROW(5, 4, 2);
+      }
       for (; ow + 4 <= j->out_w; ow += 4)
         refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, &r, corr, oh * j->o_h + ow * j->o_w, 4);
       for (; ow < j->out_w; ++ow)

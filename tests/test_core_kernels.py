@@ -147,7 +147,8 @@ def requant_cases(rng, want, out_c):
 
 # channels, multiplier, hw, kernel, stride, pad (t, l, b, r), dilation: pixel tails of 16 and 8,
 # 5-wide rows (two tap groups), strides 1-4 with dilation (fewer taps per lane), stride 5 and a
-# 3000-pixel row (the NHWC path)
+# 3000-pixel row (the NHWC path); 3x3 stride 2, 5x5 stride 1 and 2 (AVX-512's column-sharing NHWC
+# kernels, with pixel tails)
 DW_SHAPES = [
     (20, 1, (9, 37), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     (7, 2, (11, 21), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
@@ -156,6 +157,9 @@ DW_SHAPES = [
     (17, 1, (6, 40), (3, 7), (3, 4), (1, 3, 1, 3), (1, 3)),
     (4, 1, (7, 23), (3, 3), (2, 5), (1, 1, 1, 1), (1, 1)),
     (2, 1, (3, 3000), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    (24, 1, (10, 29), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    (33, 1, (9, 26), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    (18, 1, (9, 31), (5, 5), (2, 2), (2, 2, 2, 2), (2, 1)),
 ]
 
 
@@ -301,6 +305,35 @@ def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype):
         out = np.full((2, c, *out_hw), 99, out_dtype)
         assert fn(p, core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
         assert np.array_equal(out, want), f"{name}: {np.abs(out - want).max()}"
+
+
+# outer, reduce, inner, input dtype, output dtype, mean: a global average pool of NHWC and of NCHW
+# (a contiguous run), chunk tails (inner 600 = 2 x 256 + 88), int32 sums that wrap, narrowing casts
+REDUCE_CASES = [
+    (1, 49, 1280, "int8", "int8", 1), (3, 49, 1, "uint8", "int32", 0), (2, 30, 600, "int16", "int16", 1),
+    (2, 5, 300, "int32", "int8", 1), (4, 3, 1, "int32", "int32", 0), (5, 1, 17, "uint8", "uint8", 1),
+]
+
+
+@pytest.mark.parametrize("case", REDUCE_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-{c[3]}-{c[4]}-{'mean' if c[5] else 'sum'}")
+def test_reduce_matches_numpy(core, case):
+    """refcg_reduce and refcg_reduce_ref: the int32 sum wrapping, the mean truncating toward zero, the
+    output cast wrapping (numpy's astype)."""
+    outer, reduce, inner, in_dtype, out_dtype, mean = case
+    rng = np.random.default_rng(zlib.crc32(repr(case).encode()))
+    x = full_range(rng, (outer, reduce, inner), in_dtype)
+    total = x.astype(np.int64).sum(axis=1)
+    total = (total + 2**31) % 2**32 - 2**31  # int32 wrap
+    if mean:
+        total = np.sign(total) * (np.abs(total) // reduce)
+    want = total.astype(out_dtype)
+    p = core.ffi.new("refcg_reduce_params*")
+    p.outer, p.reduce, p.inner, p.is_mean = outer, reduce, inner, mean
+    p.in_dtype, p.out_dtype = DTYPE_CODE[in_dtype], DTYPE_CODE[out_dtype]
+    for fn in (core.lib.refcg_reduce_ref, core.lib.refcg_reduce):
+        out = np.full((outer, inner), 7, out_dtype)
+        assert fn(p, core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
+        assert np.array_equal(out, want)
 
 
 @pytest.mark.parametrize("layout,dtype", [("NCHW", "int8"), ("NHWC", "uint8"), ("NHWC", "int16")])

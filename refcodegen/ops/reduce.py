@@ -1,5 +1,5 @@
 """refcg.reduce: a sum or mean of an 8-bit tensor computed in int32 (TFLite MEAN, PyTorch's quantized
-adaptive_avg_pool2d), optionally cast back to an integer type (runtime refcg_reduce_ref)."""
+adaptive_avg_pool2d), optionally cast back to an integer type (runtime refcg_reduce)."""
 from __future__ import annotations
 
 import math
@@ -103,7 +103,7 @@ class Reduce:
         }
         ops = " -> ".join(op_name(c) for c in (self.inner_cast, self.reduce, self.out_cast) if c is not None)
         return Step(name, NAME, srcs[:1], dst, {"params": params, "ops": ops},
-                    [Call("refcg_reduce_ref", ["params"], srcs[:1], dst)])
+                    [Call("refcg_reduce", ["params"], srcs[:1], dst)])
 
 
 def parse(body) -> Reduce:

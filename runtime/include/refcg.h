@@ -177,6 +177,8 @@ typedef struct {
 } refcg_reduce_params;
 
 REFCG_API int refcg_reduce_ref(const refcg_reduce_params* p, const void* input, void* output);
+/* The same, vectorized over the inner axis and split over threads (any dtype; refcg_reduce_ref's results). */
+REFCG_API int refcg_reduce(const refcg_reduce_params* p, const void* input, void* output);
 
 /* Data movement and clamping on one tensor (reshape, transpose, strided_slice, nn.pad, clip, nearest
  * resize...): out[i] = clamp(in[offset + sum_k (t_k(i_k) - pad_before_k) * in_stride_k]), or pad_value
