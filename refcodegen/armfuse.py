@@ -36,7 +36,7 @@ from .ops.epilogue import Epilogue
 from .ops.pool2d import Pool2D
 from .errors import RefcgError
 from .numerics import conv2d_output_sliced, injective_lanes, is_arm_cpu_aarch64, resolve_mode, tvm_aarch64_lanes
-from .stagewise import STAGEWISE_INPUTS_ATTR, fusable_op
+from .stagewise import STAGEWISE_INPUTS_ATTR, children, fusable_op, readers_of
 
 INPUTS_ATTR = "RefcgInputsFromGraph"  # per partition parameter: FREE, CONCATENATED or 0 (maybe an anchor's)
 FREE = 1  # no TVM kernel this input's readers may join computes it: they start their own group
@@ -290,30 +290,15 @@ def tvm_kernel_mates(main: relay.Function, seed) -> list:
     computed in: a requantize's NEON rounding (``neon_rounding_seed``; the TVM-only kernel of
     qnn.leaky_relu -> qnn.hardswish -> reshape vectorizes the reshape's last axis, the leaky_relu alone
     its own), an undefined float-to-int conversion's result."""
-    inside, readers = set(), {}
+    inside, nodes = set(), []
 
     def visit_composites(node):
         if isinstance(node, relay.Function) and node.attrs and node.attrs.get("Composite"):
             relay.analysis.post_order_visit(node.body, inside.add)
 
     relay.analysis.post_order_visit(main.body, visit_composites)
-
-    def children(node) -> list:
-        if isinstance(node, relay.Call):
-            return list(node.args)
-        if isinstance(node, relay.Tuple):
-            return list(node.fields)
-        return [node.tuple_value] if isinstance(node, relay.TupleGetItem) else []
-
-    nodes = []
-
-    def visit(node):
-        if node not in inside:
-            nodes.append(node)
-            for child in children(node):
-                readers.setdefault(child, []).append(node)
-
-    relay.analysis.post_order_visit(main.body, visit)
+    relay.analysis.post_order_visit(main.body, lambda node: node in inside or nodes.append(node))
+    readers = readers_of(main.body, inside)
     found: dict = {}
     for node in nodes:
         what = seed(node) if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) else None

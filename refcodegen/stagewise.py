@@ -112,21 +112,24 @@ def _rounds(expr) -> bool:
     return False
 
 
-def _readers(body) -> dict:
-    """{expression: the calls, tuples and tuple items that read it} in ``body``."""
+def children(node) -> list:
+    """The expressions ``node`` reads: a call's arguments, a tuple's fields, a tuple item's tuple."""
+    if isinstance(node, relay.Call):
+        return list(node.args)
+    if isinstance(node, relay.Tuple):
+        return list(node.fields)
+    return [node.tuple_value] if isinstance(node, relay.TupleGetItem) else []
+
+
+def readers_of(body, skip=frozenset()) -> dict:
+    """{expression: the calls, tuples and tuple items that read it} in ``body``, the nodes in ``skip``
+    (e.g. the insides of composite functions) neither read nor counted as readers."""
     readers: dict = {}
 
     def visit(node):
-        if isinstance(node, relay.Call):
-            children = node.args
-        elif isinstance(node, relay.Tuple):
-            children = node.fields
-        elif isinstance(node, relay.TupleGetItem):
-            children = [node.tuple_value]
-        else:
-            children = []
-        for child in children:
-            readers.setdefault(child, []).append(node)
+        if node not in skip:
+            for child in children(node):
+                readers.setdefault(child, []).append(node)
 
     relay.analysis.post_order_visit(body, visit)
     return readers
@@ -134,10 +137,11 @@ def _readers(body) -> dict:
 
 def _region(readers: dict, start) -> list:
     """What a conv kernel computing ``start`` may grow into (``_grows_into``, transitively)."""
-    region, todo = [], [start]
+    region, seen, todo = [], set(), [start]
     while todo:
         for reader in readers.get(todo.pop(), []):
-            if _grows_into(reader) and not any(reader.same_as(r) for r in region):
+            if _grows_into(reader) and reader not in seen:
+                seen.add(reader)
                 region.append(reader)
                 todo.append(reader)
     return region
@@ -150,7 +154,7 @@ def tangled_composites(main: relay.Function, target) -> dict:
     Left in TVM together, they are fused as TVM-only fuses them."""
     if target is None or not float_lowering(target).fma:
         return {}  # without FMA, stage by stage and inlined round alike
-    readers = _readers(main.body)
+    readers = readers_of(main.body)
     from .ops.conv2d import Conv2D  # the ops package imports numerics, as this module does
 
     tangled = {}
@@ -203,7 +207,7 @@ def refuse_tangles(func: relay.Function, target, symbol: str):
                                                "partition_for_refcg to keep them in TVM")
     strategy = ARM_CPU if "arm_cpu" in target.keys else X86
     flags = func.attrs.get(STAGEWISE_INPUTS_ATTR) if func.attrs else None
-    readers = _readers(func.body)
+    readers = readers_of(func.body)
     for param, flag in zip(func.params, flags or ()):
         if int(flag) & strategy and any(_rounds(r) for r in _region(readers, param)):
             raise RefcgError(symbol, "target", f"TVM computes its input {param.name_hint} in the kernel of a depthwise "
@@ -217,15 +221,15 @@ def tag_stagewise_inputs(mod):
     kernel of a qnn.conv2d left in TVM that is stagewise for the x86 or the arm_cpu strategy: reached back
     through the ops such a kernel grows into. Decided without the target, for ``refuse_tangles``."""
     main = mod["main"]
-    readers = _readers(main.body)
+    readers = readers_of(main.body)
 
     def strategies(expr) -> int:
-        found, seen, todo = 0, [], [expr]
+        found, seen, todo = 0, set(), [expr]
         while todo:
             node = todo.pop()
-            if any(node.same_as(s) for s in seen):
+            if node in seen:
                 continue
-            seen.append(node)
+            seen.add(node)
             if _op_name(node) == "qnn.conv2d":
                 found |= (X86 if _variant(node, False) else 0) | (ARM_CPU if _variant(node, True) else 0)
             elif isinstance(node, relay.TupleGetItem):
