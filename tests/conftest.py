@@ -90,6 +90,11 @@ def assert_not_degenerate(outputs: list):
     assert reason is None, reason
 
 
+def slow_params(*values) -> list:
+    """Parameter values whose runs go to ``make test-slow`` (CI runs it; ``make test`` stays short)."""
+    return [pytest.param(value, marks=pytest.mark.slow) for value in values]
+
+
 def random_int(rng, shape, dtype, low=None, high=None):
     info = np.iinfo(dtype)
     low = info.min if low is None else low

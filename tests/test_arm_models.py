@@ -182,7 +182,9 @@ def test_every_arm_variant_matches_the_scalar_reference(arm_servers, probes, tmp
     assert tried == (["dotprod", "neon", "scalar"] if cpu == "max" else ["neon", "scalar"])
 
 
-@pytest.mark.parametrize("cpu,target", [("max", TARGET_DOTPROD), ("cortex-a53", TARGET_NEON)], ids=["max", "a53"])
+# the cortex-a53 (+neon) run in make test-slow (CI): the same rule, the slower emulated CPU
+@pytest.mark.parametrize("cpu,target", [("max", TARGET_DOTPROD), pytest.param("cortex-a53", TARGET_NEON, marks=pytest.mark.slow)],
+                         ids=["max", "a53"])
 def test_every_branch_of_the_rounding_rule(arm_servers, tmp_path, cpu, target):
     """One module holding every branch of the aarch64 requantize rule (test_arm_numerics), issue 14's
     residual chain (conv -> conv -> qnn.add -> max_pool -> depthwise -> dense) its first output:

@@ -60,6 +60,7 @@ def test_emit_writes_c_that_builds_warning_free(models, tmp_path, capsys):
     assert all(f" T {name[:-2]}" in symbols for name in partitions)
 
 
+@pytest.mark.slow  # make test-slow (CI): the bench's own table
 def test_bench_table(models, capsys):
     assert cli.main(["bench", models["mlp"], "--number", "1", "--repeat", "1"]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line}

@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from hypothesis import strategies as st
 from tvm import relay
 
@@ -17,6 +18,8 @@ from arm.host import ensure_host
 from fuzzing.chains import ARM_CPU, ARM_NUMERICS, COPY_OPS, LUT_FORMS, apply_op, build_batch, families, fuzz_batches
 from fuzzing.check import check_batch
 from test_ops_common import NUMERICS
+
+pytestmark = pytest.mark.slow  # make test-slow (CI): minutes of builds
 
 TESTS = Path(__file__).resolve().parent
 CI_CHAINS = 6  # per numerics: one build each

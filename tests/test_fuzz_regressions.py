@@ -93,6 +93,7 @@ def test_a_python_exception_in_tvm_only_build_is_counted_apart(tmp_path):
     assert result["cases"] == 0 and not result["mismatches"]
 
 
+@pytest.mark.slow  # make test-slow (CI): the fuzz's bisection, three builds of a batch
 def test_chains_around_an_unbuildable_one_are_compared_from_the_parts_built(tmp_path):
     """The bisection keeps the parts TVM-only could build instead of building the batch again; their
     outputs must be the ones a single TVM-only build of all those chains gives (inputs come from each

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tvm import relay
 
-from conftest import compare_with_tvm, random_int
+from conftest import compare_with_tvm, random_int, slow_params
 from models import module, nchw_or_nhwc
 from refcodegen import offload_report, partition_for_refcg
 from refcodegen.partition import refcg_functions
@@ -215,7 +215,7 @@ def padded_conv_cases(numerics: str):
     return cases[:: {"llvm": 1, "float32": 2, "tonearest": 4}[numerics]]
 
 
-@pytest.mark.parametrize("numerics", ["llvm", "tonearest", "float32"])
+@pytest.mark.parametrize("numerics", ["llvm", *slow_params("tonearest", "float32")])
 def test_padded_1xn_nx1_convs_match_tvm(tmp_path, rng, numerics):
     cases = Cases()
     sweep = padded_conv_cases(numerics)

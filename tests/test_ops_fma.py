@@ -11,7 +11,7 @@ import tvm
 from tvm import relay
 
 import fma_cases as fc
-from conftest import random_int
+from conftest import random_int, slow_params
 from models import module, qconv_block
 from refcodegen import RefcgError, offload_report, partition_for_refcg
 from test_ops_common import NUMERICS, Cases, compare, const, qadd
@@ -111,7 +111,7 @@ def binary_cases(cases: Cases, rng):
                                    const(zp, "int32")))
 
 
-@pytest.mark.parametrize("numerics", FMA_NUMERICS)
+@pytest.mark.parametrize("numerics", ["fma", "nofma", *slow_params("fma-tonearest", "no-sse41", "fma-float64")])
 def test_float_requantize_boundaries_match_tvm(tmp_path, rng, numerics):
     cases = Cases()
     conv_cases(cases, rng)

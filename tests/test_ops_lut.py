@@ -4,7 +4,7 @@ import pytest
 import tvm
 from tvm import relay
 
-from conftest import random_int
+from conftest import random_int, slow_params
 from models import module, qconv_block
 from refcodegen import RefcgError, lut, offload_report, partition_for_refcg
 from refcodegen.partition import refcg_functions
@@ -113,7 +113,7 @@ def join(tensors):
     return tensors[0]
 
 
-@pytest.mark.parametrize("numerics", list(SWEEPS))
+@pytest.mark.parametrize("numerics", ["llvm", *slow_params("float32", "tonearest")])
 def test_lut_ops_match_tvm_on_every_value(tmp_path, numerics):
     mod, inputs, forms = every_form_on_every_value(*SWEEPS[numerics])
     partitioned = compare(mod, inputs, tmp_path, numerics, expect_partitions=1)

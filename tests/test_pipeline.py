@@ -291,6 +291,7 @@ def test_c_identifier_rejects_hostile_names(name):
         c_identifier(name, "partition")
 
 
+@pytest.mark.slow  # make test-slow (CI): a build speed-up, not a result
 def test_object_cache_compiles_each_c_file_once(tmp_path, rng, monkeypatch):
     """refcodegen.objcache: a second model's export reuses the core's object (one new object: its
     partition), and the library computes what the default export path's does."""

@@ -26,6 +26,8 @@ from refcodegen.emit import bundled_core
 from fuzzing.chains import ChainSpec, build_batch
 from fuzzing.check import merge_partitions
 
+pytestmark = pytest.mark.slow  # make test-slow (CI): minutes of builds
+
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
 
 
