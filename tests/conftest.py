@@ -90,9 +90,11 @@ def assert_not_degenerate(outputs: list):
     assert reason is None, reason
 
 
-def slow_params(*values) -> list:
-    """Parameter values whose runs go to ``make test-slow`` (CI runs it; ``make test`` stays short)."""
-    return [pytest.param(value, marks=pytest.mark.slow) for value in values]
+def slow_params(values, *slow) -> list:
+    """``values`` as parameters, those in ``slow`` run by ``make test-slow`` (CI runs it; ``make test``
+    stays short): a value added to ``values`` runs in ``make test`` unless named here."""
+    assert set(slow) <= set(values), set(slow) - set(values)
+    return [pytest.param(value, marks=pytest.mark.slow) if value in slow else value for value in values]
 
 
 def random_int(rng, shape, dtype, low=None, high=None):

@@ -111,7 +111,7 @@ def binary_cases(cases: Cases, rng):
                                    const(zp, "int32")))
 
 
-@pytest.mark.parametrize("numerics", ["fma", "nofma", *slow_params("fma-tonearest", "no-sse41", "fma-float64")])
+@pytest.mark.parametrize("numerics", slow_params(FMA_NUMERICS, "fma-tonearest", "no-sse41", "fma-float64"))
 def test_float_requantize_boundaries_match_tvm(tmp_path, rng, numerics):
     cases = Cases()
     conv_cases(cases, rng)

@@ -113,7 +113,7 @@ def join(tensors):
     return tensors[0]
 
 
-@pytest.mark.parametrize("numerics", ["llvm", *slow_params("float32", "tonearest")])
+@pytest.mark.parametrize("numerics", slow_params(SWEEPS, "float32", "tonearest"))
 def test_lut_ops_match_tvm_on_every_value(tmp_path, numerics):
     mod, inputs, forms = every_form_on_every_value(*SWEEPS[numerics])
     partitioned = compare(mod, inputs, tmp_path, numerics, expect_partitions=1)
