@@ -7,7 +7,7 @@ from tvm import relay
 
 from conftest import random_int
 from models import module
-from refcodegen import offload_report
+from refcodegen import offload_report, partition_for_refcg
 from refcodegen.partition import refcg_functions
 from test_ops_common import Cases, const, qparams, reason_for, stays_in_tvm
 
@@ -31,7 +31,30 @@ def test_reductions_match_tvm(tmp_path, rng):
     y = cases.var((1, 4, 3, 3), "int8", rng, -128, -100)  # all negative: truncation differs from floor
     cases.add(relay.mean(relay.cast(y, "int32"), axis=[2, 3]))
     cases.add(relay.cast(relay.nn.global_avg_pool2d(relay.cast(y, "int32")), "int32"))
+    # FakeQuantizationToInteger's form: a requantize to int32 (its qparams bound the sum), the pool, a
+    # requantize back; per-channel input scales too
+    for z, in_scale in ((y, 0.05), (cases.var((1, 4, 5, 7), "uint8", rng), np.float32([0.02, 0.04, 0.01, 0.03]))):
+        zp = 0 if z is y else 120
+        wide = relay.qnn.op.requantize(z, const(np.float32(in_scale)), const(zp, "int32"), *qparams(0.01, 3),
+                                       out_dtype="int32", axis=1)
+        cases.add(relay.qnn.op.requantize(relay.nn.global_avg_pool2d(wide), *qparams(0.01, 3), *qparams(0.07, -5),
+                                          out_dtype="int8"))
     cases.compare(tmp_path)
+
+
+def test_a_pool_of_requantized_int32_is_in_the_partition_when_bounded():
+    """The int32 sum of a requantize's result is bounded by its qparams: offloaded when the bound fits
+    int32, left in TVM with the reason when it may overflow or the int32 tensor comes from elsewhere."""
+    x = relay.var("x", shape=(1, 4, 64, 64), dtype="int8")
+
+    def pooled(ratio):
+        wide = relay.qnn.op.requantize(x, *qparams(ratio, 0), *qparams(1.0, 0), out_dtype="int32")
+        return module([x], relay.nn.global_avg_pool2d(wide))
+
+    assert offload_report(partition_for_refcg(pooled(1.0))).offloaded_ops.get("nn.global_avg_pool2d") == 1
+    assert "can overflow" in reason_for(pooled(2.0**20), "nn.global_avg_pool2d")  # the requantize is offloaded
+    w = relay.var("w", shape=(1, 4, 64, 64), dtype="int32")
+    assert "range is not known" in stays_in_tvm(module([w], relay.nn.global_avg_pool2d(w)), "nn.global_avg_pool2d")
 
 
 def test_data_movement_matches_tvm(tmp_path, rng):
