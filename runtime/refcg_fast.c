@@ -350,11 +350,13 @@ static int refcg_conv2d_planes(const refcg_isa_config* isa, const refcg_conv2d_p
   const int out_elem = p->out_dtype == REFCG_S32 ? 4 : 1;
   for (int32_t n = 0; n < p->batch; ++n) {
     const refcg_interleave_job ij = {(const uint8_t*)input + n * p->in_stride[0], xi, hw, p->in_c, flip};
-    refcg_parallel(refcg_interleave_rows, &ij, kp / 4);
     const refcg_gemmp_job j = {xi, hw, p->out_c, kp, f->gemm.w,
                                refcg_make_epi(&k->requant, p->out_c, corr, (uint8_t*)output + n * p->out_stride[0] * out_elem,
                                               p->out_dtype, p->out_stride[3])};
-    refcg_parallel(isa->gemm.planes, &j, (p->out_c + REFCG_GEMMP_MR - 1) / REFCG_GEMMP_MR * ((hw + REFCG_GEMMP_PX - 1) / REFCG_GEMMP_PX));
+    const refcg_par_task phases[] = {
+        {refcg_interleave_rows, &ij, kp / 4},
+        {isa->gemm.planes, &j, (p->out_c + REFCG_GEMMP_MR - 1) / REFCG_GEMMP_MR * ((hw + REFCG_GEMMP_PX - 1) / REFCG_GEMMP_PX)}};
+    refcg_parallel_phases(phases, 2);
   }
   refcg_ws_free(xi);
   return 0;
@@ -405,7 +407,6 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
   for (int32_t n = 0; n < p->batch; ++n) {
     const refcg_pad_job pj = {p, (const uint8_t*)input + n * p->in_stride[0], a, hp, wp, cp, p->in_c, flip,
                               (uint8_t)((p->input_zp & 0xff) ^ flip)};
-    refcg_parallel(refcg_pad_rows, &pj, hp);
     void* out = (uint8_t*)output + n * p->out_stride[0] * out_elem;
     const refcg_epi epi = refcg_make_epi(&k->requant, p->out_c, corr, unpack ? (void*)rows : out, p->out_dtype,
                                          unpack ? 1 : p->out_stride[3]);
@@ -416,7 +417,8 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
       for (int32_t t = 0; t < p->kernel_h * p->kernel_w; ++t)
         dj.tap_off[t] = ((int64_t)t / p->kernel_w * p->dilation_h * wp + (int64_t)t % p->kernel_w * p->dilation_w) * cp;
       dj.tap_off[p->kernel_h * p->kernel_w] = dj.tap_off[p->kernel_h * p->kernel_w - 1];
-      refcg_parallel(isa->dw.rows, &dj, p->out_h);
+      const refcg_par_task phases[] = {{refcg_pad_rows, &pj, hp}, {isa->dw.rows, &dj, p->out_h}};
+      refcg_parallel_phases(phases, 2);
       continue;
     }
     /* segments: one per kernel row when taps of a row are adjacent, else one per tap */
@@ -431,11 +433,11 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
                               epi, unpack ? (int64_t)p->out_w * p->out_c : p->out_stride[1],
                               unpack ? p->out_c : p->out_stride[2], f->gemm.pair_safe};
     const int64_t nblocks = (p->out_c + 15) / 16, ngroups = (nblocks + isa->gemm.nv - 1) / isa->gemm.nv;
-    refcg_parallel(isa->gemm.tiles, &j, (j.m + isa->gemm.mr - 1) / isa->gemm.mr * ngroups);
-    if (unpack) {
-      const refcg_unpack_job uj = {rows, (uint8_t*)out, p->out_w, p->out_c, p->out_stride[1], p->out_stride[3]};
-      refcg_parallel(refcg_unpack_rows, &uj, p->out_h);
-    }
+    const refcg_unpack_job uj = {rows, (uint8_t*)out, p->out_w, p->out_c, p->out_stride[1], p->out_stride[3]};
+    const refcg_par_task phases[] = {{refcg_pad_rows, &pj, hp},
+                                     {isa->gemm.tiles, &j, (j.m + isa->gemm.mr - 1) / isa->gemm.mr * ngroups},
+                                     {refcg_unpack_rows, &uj, p->out_h}};
+    refcg_parallel_phases(phases, unpack ? 3 : 2);
   }
   if (wpair) refcg_ws_free(wpair);
   if (rows) refcg_ws_free(rows);
@@ -518,31 +520,24 @@ typedef struct {
   int64_t chunks; /* per outer index */
 } refcg_reduce_job;
 
-#define REFCG_REDUCE_ADD(T, x, acc, n)             \
-  do {                                             \
-    const T* x_ = (const T*)(x);                   \
-    for (int64_t i_ = 0; i_ < (n); ++i_) (acc)[i_] += (uint32_t)(int32_t)x_[i_]; \
-  } while (0)
-
-/* acc[0, n) += the n elements at element index at */
-static inline void refcg_reduce_add(const refcg_reduce_params* p, const void* in, int64_t at, uint32_t* acc, int64_t n) {
-  switch (p->in_dtype) {
-    case REFCG_S8: REFCG_REDUCE_ADD(int8_t, (const int8_t*)in + at, acc, n); break;
-    case REFCG_U8: REFCG_REDUCE_ADD(uint8_t, (const uint8_t*)in + at, acc, n); break;
-    case REFCG_S16: REFCG_REDUCE_ADD(int16_t, (const int16_t*)in + at, acc, n); break;
-    default: REFCG_REDUCE_ADD(int32_t, (const int32_t*)in + at, acc, n); break;
+/* The statements after `in, at` once per input dtype, with x_ the typed pointer to element `at`. */
+#define REFCG_REDUCE_TYPED(dtype, in, at, ...)                                                \
+  switch (dtype) {                                                                           \
+    case REFCG_S8: { const int8_t* x_ = (const int8_t*)(in) + (at); __VA_ARGS__; } break;    \
+    case REFCG_U8: { const uint8_t* x_ = (const uint8_t*)(in) + (at); __VA_ARGS__; } break;  \
+    case REFCG_S16: { const int16_t* x_ = (const int16_t*)(in) + (at); __VA_ARGS__; } break; \
+    default: { const int32_t* x_ = (const int32_t*)(in) + (at); __VA_ARGS__; } break;        \
   }
+
+/* acc[0, n) += the n elements at element index at (a loop per dtype, which the compiler vectorizes) */
+static inline void refcg_reduce_add(const refcg_reduce_params* p, const void* in, int64_t at, uint32_t* acc, int64_t n) {
+  REFCG_REDUCE_TYPED(p->in_dtype, in, at, for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)(int32_t)x_[i])
 }
 
 /* the sum of the n elements at element index at */
 static inline uint32_t refcg_reduce_run(const refcg_reduce_params* p, const void* in, int64_t at, int64_t n) {
   uint32_t sum = 0;
-  switch (p->in_dtype) {
-    case REFCG_S8: for (int64_t i = 0; i < n; ++i) sum += (uint32_t)(int32_t)((const int8_t*)in)[at + i]; break;
-    case REFCG_U8: for (int64_t i = 0; i < n; ++i) sum += ((const uint8_t*)in)[at + i]; break;
-    case REFCG_S16: for (int64_t i = 0; i < n; ++i) sum += (uint32_t)(int32_t)((const int16_t*)in)[at + i]; break;
-    default: for (int64_t i = 0; i < n; ++i) sum += (uint32_t)((const int32_t*)in)[at + i]; break;
-  }
+  REFCG_REDUCE_TYPED(p->in_dtype, in, at, for (int64_t i = 0; i < n; ++i) sum += (uint32_t)(int32_t)x_[i])
   return sum;
 }
 

@@ -218,15 +218,42 @@ REFCG_INLINE void refcg_par_run(const refcg_par_task* t, int task_id, int num_ta
   if (begin < end) t->fn(t->ctx, begin, end);
 }
 
+/* Phases of one kernel call, each split over the threads, each waiting for the one before (a pad
+ * copy, then the tiles that read it): one launch of the pool and a barrier per phase boundary, not a
+ * launch per phase (a launch wakes the pool; a kernel of a small layer costs a few launches). */
+typedef struct {
+  const refcg_par_task* phase;
+  int count;
+} refcg_par_phases;
+
+REFCG_INLINE void refcg_phases_serial(const refcg_par_task* phase, int count) {
+  for (int i = 0; i < count; ++i) refcg_par_run(&phase[i], 0, 1);
+}
+
 #if defined(TVM_RUNTIME_C_BACKEND_API_H_) && !defined(REFCG_SERIAL)
 static inline int refcg_par_lambda(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
   refcg_par_run((const refcg_par_task*)cdata, task_id, penv->num_task);
+  return 0;
+}
+static inline int refcg_phases_lambda(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
+  const refcg_par_phases* ph = (const refcg_par_phases*)cdata;
+  for (int i = 0; i < ph->count; ++i) {
+    if (i > 0) TVMBackendParallelBarrier(task_id, penv);
+    refcg_par_run(&ph->phase[i], task_id, penv->num_task);
+  }
   return 0;
 }
 /* Split [0, total) into contiguous ranges over TVM's thread pool. */
 REFCG_INLINE void refcg_parallel(refcg_range_fn fn, const void* ctx, int64_t total) {
   refcg_par_task t = {fn, ctx, total};
   if (total <= 1 || TVMBackendParallelLaunch(refcg_par_lambda, &t, 0) != 0) refcg_par_run(&t, 0, 1);
+}
+/* refcg_parallel of each phase in order, in one launch (none when no phase splits). */
+REFCG_INLINE void refcg_parallel_phases(const refcg_par_task* phase, int count) {
+  const refcg_par_phases ph = {phase, count};
+  int64_t most = 0;
+  for (int i = 0; i < count; ++i) most = phase[i].total > most ? phase[i].total : most;
+  if (most <= 1 || TVMBackendParallelLaunch(refcg_phases_lambda, (void*)&ph, 0) != 0) refcg_phases_serial(phase, count);
 }
 REFCG_INLINE void* refcg_ws_alloc(size_t n) { return TVMBackendAllocWorkspace(1 /* kDLCPU */, 0, n, 0, 8); }
 REFCG_INLINE void refcg_ws_free(void* p) { TVMBackendFreeWorkspace(1 /* kDLCPU */, 0, p); }
@@ -235,6 +262,7 @@ REFCG_INLINE void refcg_parallel(refcg_range_fn fn, const void* ctx, int64_t tot
   refcg_par_task t = {fn, ctx, total};
   refcg_par_run(&t, 0, 1);
 }
+REFCG_INLINE void refcg_parallel_phases(const refcg_par_task* phase, int count) { refcg_phases_serial(phase, count); }
 REFCG_INLINE void* refcg_ws_alloc(size_t n) { return malloc(n); }
 REFCG_INLINE void refcg_ws_free(void* p) { free(p); }
 #endif

@@ -1107,13 +1107,13 @@ REFCG_INLINE void refcg_dw_cols_avx512(const refcg_dw_job* j, const uint8_t* bas
 static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
   const refcg_dw_job* j = (const refcg_dw_job*)ctx;
   const int32_t taps = j->kh * j->kw;
-  /* the column-sharing kernels: 3- and 5-wide rows, stride 1 or 2, 8 then 4 pixels at a time */
-  const int cols = j->dw == 1 && (j->kw == 3 || j->kw == 5) && (j->sw == 1 || j->sw == 2) && taps <= 32;
-  const int64_t rowb = (int64_t)j->dh * j->wp * j->cp;
   if (taps > 32) {
     refcg_dw_rows(j, r0, r1, refcg_dw16_avx512, refcg_epi_avx512);
     return;
   }
+  /* the column-sharing kernels: 3- and 5-wide rows, stride 1 or 2, 8 then 4 pixels at a time */
+  const int cols = j->dw == 1 && (j->kw == 3 || j->kw == 5) && (j->sw == 1 || j->sw == 2);
+  const int64_t rowb = (int64_t)j->dh * j->wp * j->cp;
   int64_t toff[32];
   int32_t wide[32 * 16] __attribute__((aligned(64)));
   for (int32_t t = 0; t < taps; ++t) toff[t] = ((int64_t)(t / j->kw) * j->dh * j->wp + (int64_t)(t % j->kw) * j->dw) * j->cp;
