@@ -150,23 +150,43 @@ REFCG_INLINE __m256i refcg_fpm_half_avx2(__m256i p, __m256i l1, __m256i k, __m25
     }                                                                                                  \
   } while (0)
 
+/* The high halves of the even and odd int64 lanes pe, po, shifted right by r->c.q.r, + the output zp. */
+REFCG_INLINE __m256i refcg_fpm_merge_avx2(const refcg_requant* rq, const refcg_rqv_avx2* r, __m256i pe, __m256i po) {
+  const __m256i v = _mm256_srav_epi32(_mm256_blend_epi32(_mm256_shuffle_epi32(pe, 0xF5), po, 0xAA), r->c.q.r);
+  return _mm256_add_epi32(v, _mm256_set1_epi32(rq->output_zp));
+}
+
+REFCG_INLINE __m256i refcg_clamp_avx2(const refcg_requant* rq, __m256i v) {
+  return _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(rq->out_max)), _mm256_set1_epi32(rq->out_min));
+}
+
+/* The int64 modes' REFCG_FPM_PLAN in UPWARD with right shifts only (not identity, not general):
+ * even and odd int64 products plus the rounding 2^kx; clamped. */
+REFCG_INLINE __m256i refcg_rq_up_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r) {
+  const __m256i v = _mm256_sub_epi32(acc, _mm256_set1_epi32(rq->input_zp));
+  const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(v, r->c.q.m_e), r->c.q.k_e);
+  const __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_shuffle_epi32(v, 0xF5), r->c.q.m_o), r->c.q.k_o);
+  return refcg_clamp_avx2(rq, refcg_fpm_merge_avx2(rq, r, pe, po));
+}
+
+/* rq and r take refcg_rq_up_avx2 (constant per block: callers branch on it once, outside their loops) */
+REFCG_INLINE int refcg_rq_is_up_avx2(const refcg_requant* rq, const refcg_rqv_avx2* r) {
+  return rq->mode == REFCG_RQ_INT64_UPWARD && !rq->identity && !r->general;
+}
+
 /* Requantize 8 lanes into clamped int32. */
 REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r) {
   __m256i v;
   if (rq->mode == REFCG_RQ_INT64_UPWARD || rq->mode == REFCG_RQ_INT64_TONEAREST) {
+    if (refcg_rq_is_up_avx2(rq, r)) return refcg_rq_up_avx2(rq, acc, r);
     v = _mm256_sub_epi32(acc, _mm256_set1_epi32(rq->input_zp));
-    if (!rq->identity) { /* REFCG_FPM_PLAN: even and odd int64 products, then their high halves */
+    if (!rq->identity) { /* general: REFCG_FPM_PLAN's left shifts or TONEAREST */
+      const int tonearest = rq->mode == REFCG_RQ_INT64_TONEAREST;
+      const __m256i l1 = r->c.q.l1, l2 = r->c.q.l2;
       __m256i pe = _mm256_mul_epi32(v, r->c.q.m_e), po = _mm256_mul_epi32(_mm256_shuffle_epi32(v, 0xF5), r->c.q.m_o);
-      if (r->general) {
-        const int tonearest = rq->mode == REFCG_RQ_INT64_TONEAREST;
-        const __m256i l1 = r->c.q.l1, l2 = r->c.q.l2;
-        pe = refcg_fpm_half_avx2(pe, refcg_even64_avx2(l1), r->c.q.k_e, refcg_even64_avx2(l2), tonearest);
-        po = refcg_fpm_half_avx2(po, refcg_odd64_avx2(l1), r->c.q.k_o, refcg_odd64_avx2(l2), tonearest);
-      } else { /* UPWARD, right shifts only */
-        pe = _mm256_add_epi64(pe, r->c.q.k_e);
-        po = _mm256_add_epi64(po, r->c.q.k_o);
-      }
-      v = _mm256_srav_epi32(_mm256_blend_epi32(_mm256_shuffle_epi32(pe, 0xF5), po, 0xAA), r->c.q.r);
+      pe = refcg_fpm_half_avx2(pe, refcg_even64_avx2(l1), r->c.q.k_e, refcg_even64_avx2(l2), tonearest);
+      po = refcg_fpm_half_avx2(po, refcg_odd64_avx2(l1), r->c.q.k_o, refcg_odd64_avx2(l2), tonearest);
+      return refcg_clamp_avx2(rq, refcg_fpm_merge_avx2(rq, r, pe, po));
     }
     v = _mm256_add_epi32(v, _mm256_set1_epi32(rq->output_zp));
   } else if (rq->mode == REFCG_RQ_FLOAT64_UPWARD || rq->mode == REFCG_RQ_FLOAT64_TONEAREST) {
@@ -180,7 +200,7 @@ REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, c
     REFCG_RQ_FLOAT_AVX2(rq, f, r->c.f, rq->addend_f32, rq->post_f32, ps);
     v = _mm256_cvttps_epi32(f); /* out of range -> INT32_MIN, like cvttss2si */
   }
-  return _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(rq->out_max)), _mm256_set1_epi32(rq->out_min));
+  return refcg_clamp_avx2(rq, v);
 }
 
 /* Requantize 8 channels starting at c (n channels valid) into clamped int32. */
@@ -255,6 +275,24 @@ REFCG_INLINE void refcg_blk_init_avx2(const refcg_gemm_job* j, int32_t nb, refcg
   }
 }
 
+/* Requantize and store rows x block b (contiguous channels) from sum; up: rq takes refcg_rq_up_avx2. */
+REFCG_INLINE void refcg_tile_store_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, const int64_t* out_off,
+                                        __m256i (*sum)[2], int32_t rows, const int up) {
+  void* const out = j->epi.out;
+  const int s32 = j->epi.out_dtype == REFCG_S32;
+  for (int32_t r = 0; r < rows; ++r) {
+    const int64_t off = out_off[r] + b->c0;
+    for (int32_t h = 0; h < b->nh; ++h) {
+      const __m256i a = _mm256_add_epi32(sum[r][h], b->corr[h]);
+      const __m256i v = up ? refcg_rq_up_avx2(&b->rq, a, &b->rv[h]) : refcg_rq_apply_avx2(&b->rq, a, &b->rv[h]);
+      if (s32)
+        _mm256_maskstore_epi32((int*)out + off + 8 * h, b->mask[h], v);
+      else
+        refcg_store_bytes_avx2((uint8_t*)out + off + 8 * h, v, b->nvalid - 8 * h); /* values are in range */
+    }
+  }
+}
+
 /* Epilogue of rows (output offsets out_off) x block b from the accumulators of channels 0-7
  * and 8-15 (sum[r][0], sum[r][1]): vector stores of contiguous channels. */
 REFCG_INLINE void refcg_tile_sums_epi_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, const int64_t* out_off,
@@ -268,18 +306,10 @@ REFCG_INLINE void refcg_tile_sums_epi_avx2(const refcg_gemm_job* j, const refcg_
     }
     return;
   }
-  void* const out = j->epi.out;
-  const int s32 = j->epi.out_dtype == REFCG_S32;
-  for (int32_t r = 0; r < rows; ++r) {
-    const int64_t off = out_off[r] + b->c0;
-    for (int32_t h = 0; h < b->nh; ++h) {
-      const __m256i v = refcg_rq_apply_avx2(&b->rq, _mm256_add_epi32(sum[r][h], b->corr[h]), &b->rv[h]);
-      if (s32)
-        _mm256_maskstore_epi32((int*)out + off + 8 * h, b->mask[h], v);
-      else
-        refcg_store_bytes_avx2((uint8_t*)out + off + 8 * h, v, b->nvalid - 8 * h); /* values are in range */
-    }
-  }
+  if (refcg_rq_is_up_avx2(&b->rq, &b->rv[0]) && refcg_rq_is_up_avx2(&b->rq, &b->rv[1]))
+    refcg_tile_store_avx2(j, b, out_off, sum, rows, 1); /* the common plan without its branches */
+  else
+    refcg_tile_store_avx2(j, b, out_off, sum, rows, 0);
 }
 
 /* The same from vpmaddwd's pair-sum accumulators (4 per row: channels 0-3, 4-7, 8-11, 12-15). */
@@ -845,23 +875,33 @@ REFCG_INLINE __m512i refcg_fpm_half_avx512(__m512i p, __m512i l1, __m512i k, __m
     }                                                                                                  \
   } while (0)
 
+/* The int64 modes' REFCG_FPM_PLAN in UPWARD with right shifts only (r not identity, not general):
+ * even and odd int64 products plus the rounding 2^kx, then their high halves shifted. */
+REFCG_INLINE __m512i refcg_rq_up_avx512(const refcg_rqv_avx512* r, __m512i acc) {
+  const __m512i v = _mm512_sub_epi32(acc, r->izp);
+  const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(v, r->c.q.m_e), r->c.q.k_e);
+  const __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_shuffle_epi32(v, _MM_PERM_DDBB), r->c.q.m_o), r->c.q.k_o);
+  return _mm512_add_epi32(_mm512_srav_epi32(_mm512_mask_shuffle_epi32(po, 0x5555, pe, _MM_PERM_DDBB), r->c.q.r), r->ozp);
+}
+
+/* r takes refcg_rq_up_avx512 (constant per block: callers branch on it once, outside their loops) */
+REFCG_INLINE int refcg_rq_is_up_avx512(const refcg_rqv_avx512* r) {
+  return r->mode == REFCG_RQ_INT64_UPWARD && !r->identity && !r->general;
+}
+
 /* Requantize 16 lanes into int32 before the clamp (refcg_requantize_one of the vector modes). */
 REFCG_INLINE __m512i refcg_rq_unclamped_avx512(const refcg_rqv_avx512* r, __m512i acc) {
   __m512i v;
   if (r->mode == REFCG_RQ_INT64_UPWARD || r->mode == REFCG_RQ_INT64_TONEAREST) {
+    if (refcg_rq_is_up_avx512(r)) return refcg_rq_up_avx512(r, acc);
     v = _mm512_sub_epi32(acc, r->izp);
-    if (!r->identity) { /* REFCG_FPM_PLAN: even and odd int64 products, then their high halves */
+    if (!r->identity) { /* general: REFCG_FPM_PLAN's left shifts or TONEAREST */
+      const int tonearest = r->mode == REFCG_RQ_INT64_TONEAREST;
+      const __m512i l1 = r->c.q.l1, l2 = r->c.q.l2;
       __m512i pe = _mm512_mul_epi32(v, r->c.q.m_e);
       __m512i po = _mm512_mul_epi32(_mm512_shuffle_epi32(v, _MM_PERM_DDBB), r->c.q.m_o);
-      if (r->general) {
-        const int tonearest = r->mode == REFCG_RQ_INT64_TONEAREST;
-        const __m512i l1 = r->c.q.l1, l2 = r->c.q.l2;
-        pe = refcg_fpm_half_avx512(pe, refcg_even64_avx512(l1), r->c.q.k_e, refcg_even64_avx512(l2), tonearest);
-        po = refcg_fpm_half_avx512(po, refcg_odd64_avx512(l1), r->c.q.k_o, refcg_odd64_avx512(l2), tonearest);
-      } else { /* UPWARD, right shifts only */
-        pe = _mm512_add_epi64(pe, r->c.q.k_e);
-        po = _mm512_add_epi64(po, r->c.q.k_o);
-      }
+      pe = refcg_fpm_half_avx512(pe, refcg_even64_avx512(l1), r->c.q.k_e, refcg_even64_avx512(l2), tonearest);
+      po = refcg_fpm_half_avx512(po, refcg_odd64_avx512(l1), r->c.q.k_o, refcg_odd64_avx512(l2), tonearest);
       v = _mm512_srav_epi32(_mm512_mask_shuffle_epi32(po, 0x5555, pe, _MM_PERM_DDBB), r->c.q.r);
     }
     v = _mm512_add_epi32(v, r->ozp);
@@ -969,6 +1009,21 @@ REFCG_INLINE refcg_blk_avx512 refcg_blk_load_avx512(const refcg_gemm_job* j, int
   return k;
 }
 
+/* Rows of a tile's accumulators requantized and stored as bytes, NV blocks per row in one store
+ * (refcg_store_bytes_avx512); up: every block takes refcg_rq_up_avx512. */
+REFCG_INLINE void refcg_tile_store_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk,
+                                          __m512i (*acc)[REFCG_X512_NV], const int64_t* out_off, int rows,
+                                          const int NV, const int up) {
+  const int64_t n = j->n - blk[0].c0;
+  for (int r = 0; r < rows; ++r) {
+    __m512i v[4];
+    for (int b = 0; b < NV; ++b)
+      v[b] = up ? refcg_rq_up_avx512(&blk[b].r, acc[r][b]) : refcg_rq_unclamped_avx512(&blk[b].r, acc[r][b]);
+    refcg_store_bytes_avx512((uint8_t*)j->epi.out + out_off[r] + blk[0].c0, v, NV, &blk[0].r,
+                             j->epi.out_dtype == REFCG_U8, n);
+  }
+}
+
 /* MR rows from row i0 (output row q, column c) x NV blocks of 16 channels starting at block nb,
  * whose epilogue constants are blk. */
 REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk, int32_t i0, int32_t q,
@@ -993,13 +1048,12 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx
     }
   }
   if (j->epi.rq_vector && j->epi.o_c == 1 && j->epi.out_dtype != REFCG_S32) { /* a row's NV blocks: one store */
-    const int64_t n = j->n - blk[0].c0;
-    for (int r = 0; r < rows; ++r) {
-      __m512i v[4];
-      for (int b = 0; b < NV; ++b) v[b] = refcg_rq_unclamped_avx512(&blk[b].r, acc[r][b]);
-      refcg_store_bytes_avx512((uint8_t*)j->epi.out + out_off[r] + blk[0].c0, v, NV, &blk[0].r,
-                               j->epi.out_dtype == REFCG_U8, n);
-    }
+    int up = 1;
+    for (int b = 0; b < NV; ++b) up &= refcg_rq_is_up_avx512(&blk[b].r);
+    if (up) /* the common plan without its branches: unrolled over the blocks, acc kept in registers */
+      refcg_tile_store_avx512(j, blk, acc, out_off, rows, NV, 1);
+    else
+      refcg_tile_store_avx512(j, blk, acc, out_off, rows, NV, 0);
     return;
   }
   for (int v = 0; v < NV; ++v)
