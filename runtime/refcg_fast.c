@@ -412,7 +412,7 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
                                          unpack ? 1 : p->out_stride[3]);
     if (depthwise) {
       refcg_dw_job dj = {a, isa->signed_domain, wp, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
-                         p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, wpair ? wpair : f->dw_w, epi,
+                         p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, wpair ? wpair : f->dw_w, f->dw_w, epi,
                          p->out_stride[1], p->out_stride[2], {0}};
       for (int32_t t = 0; t < p->kernel_h * p->kernel_w; ++t)
         dj.tap_off[t] = ((int64_t)t / p->kernel_w * p->dilation_h * wp + (int64_t)t % p->kernel_w * p->dilation_w) * cp;

@@ -25,6 +25,15 @@
  * without -O flags, and under the module's `#pragma GCC optimize("O3")` alone GCC keeps
  * small helpers as calls inside target("avx512...") loops, which spills every accumulator. */
 #define REFCG_INLINE static inline __attribute__((always_inline))
+/* Unroll the next loop completely (its trip count a compile-time constant): what the body tests on
+ * the loop index becomes constant. */
+#if defined(__clang__)
+#define REFCG_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define REFCG_UNROLL _Pragma("GCC unroll 32")
+#else
+#define REFCG_UNROLL
+#endif
 
 /* Requantize + store of output row pieces: what every epilogue needs. */
 typedef struct {
@@ -275,6 +284,7 @@ typedef struct {
   int32_t wp, cp;         /* padded width in pixels, channels per pixel (multiple of 16) */
   int32_t out_w, c, kh, kw, sh, sw, dh, dw;
   const int16_t* w;       /* [kh*kw][cp], or the tap pairs of refcg_dw_pair_weights (refcg_dw_config.pairs) */
+  const int16_t* w_taps;  /* [kh*kw][cp] always */
   refcg_epi epi;
   int64_t o_h, o_w;       /* output element strides per row / pixel */
   int64_t tap_off[REFCG_DW_MAX_TAPS + 1]; /* bytes from a pixel's first tap to tap t; an odd count's last repeated */

@@ -502,8 +502,101 @@ REFCG_INLINE void refcg_dw16_avx2(const refcg_dw_job* j, const uint8_t* base, in
   _mm256_storeu_si256((__m256i*)(acc + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
+/* Kernel rows paired (kh, kh + 1; an odd last row with zero weights) instead of taps: per row pair
+ * and input column, 8 channels of both rows interleaved and widened to int16 once, then shared by
+ * the vpmaddwd of every pixel whose taps read that column (pixel q's tap kw is column q * S + kw):
+ * PX pixels x 8 channels of one output row, kernel rows K taps wide, undilated along W, stride S.
+ * vw: per row pair and kw, 8 channels x (w[kh], w[kh + 1]) as int16. acc starts at the correction. */
+REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base, int64_t rowb, const int16_t* vw,
+                                     int32_t c0, const refcg_rqv_avx2* r, __m256i corr, int64_t out_off, int32_t nvalid,
+                                     const int K, const int PX, const int S, const int up) {
+  __m256i acc[8];
+  for (int q = 0; q < PX; ++q) acc[q] = corr;
+  for (int32_t kh = 0; kh < j->kh; kh += 2, base += 2 * rowb, vw += 16 * K) {
+    const int two = kh + 1 < j->kh;
+    REFCG_UNROLL
+    for (int i = 0; i < (PX - 1) * S + K; ++i) {
+      const __m128i x0 = _mm_loadl_epi64((const __m128i*)(base + (int64_t)i * j->cp));
+      const __m128i x1 = two ? _mm_loadl_epi64((const __m128i*)(base + rowb + (int64_t)i * j->cp)) : _mm_setzero_si128();
+      const __m256i col = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x0, x1));
+      REFCG_UNROLL
+      for (int q = 0; q < PX; ++q) {
+        const int kw = i - q * S;
+        if (kw >= 0 && kw < K)
+          acc[q] = _mm256_add_epi32(acc[q], _mm256_madd_epi16(col, _mm256_load_si256((const __m256i*)(vw + 16 * kw))));
+      }
+    }
+  }
+  const refcg_epi* e = &j->epi;
+  for (int q = 0; q < PX; ++q) {
+    const __m256i v = up ? refcg_rq_up_avx2(e->rq, acc[q], r) : refcg_rq_apply_avx2(e->rq, acc[q], r);
+    const int64_t off = out_off + q * j->o_w;
+    if (e->o_c == 1 && e->out_dtype != REFCG_S32) {
+      refcg_store_bytes_avx2((uint8_t*)e->out + off + c0, v, nvalid); /* values are in range */
+    } else {
+      int32_t t[8];
+      _mm256_storeu_si256((__m256i*)t, v);
+      refcg_epi_store(e, t, c0, nvalid, off);
+    }
+  }
+}
+
+/* Pixels [ow, out_w) of one output row with refcg_dw_cols_avx2, PX at a time. */
+#define REFCG_DW_COLS_AVX2_ROW(K, PX, S)                                                                 \
+  for (; ow + (PX) <= j->out_w; ow += (PX))                                                              \
+    refcg_dw_cols_avx2(j, row + ow * pstride, rowb, vw, c0, r, corr, oh * j->o_h + ow * j->o_w, nvalid, K, PX, S, up)
+
+/* Output rows [r0, r1) of channels [c0, c0 + nvalid) with refcg_dw_cols_avx2; up: r takes refcg_rq_up_avx2. */
+REFCG_INLINE void refcg_dw_cols_rows_avx2(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid,
+                                          const int16_t* vw, const refcg_rqv_avx2* r, __m256i corr, const int up) {
+  const int64_t rowb = (int64_t)j->dh * j->wp * j->cp, pstride = (int64_t)j->sw * j->cp;
+  for (int64_t oh = r0; oh < r1; ++oh) {
+    const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
+    int32_t ow = 0;
+    if (j->kw == 3 && j->sw == 1) {
+      REFCG_DW_COLS_AVX2_ROW(3, 8, 1);
+      REFCG_DW_COLS_AVX2_ROW(3, 1, 1);
+    } else if (j->kw == 3) {
+      REFCG_DW_COLS_AVX2_ROW(3, 8, 2);
+      REFCG_DW_COLS_AVX2_ROW(3, 1, 2);
+    } else if (j->sw == 1) {
+      REFCG_DW_COLS_AVX2_ROW(5, 8, 1);
+      REFCG_DW_COLS_AVX2_ROW(5, 1, 1);
+    } else {
+      REFCG_DW_COLS_AVX2_ROW(5, 8, 2);
+      REFCG_DW_COLS_AVX2_ROW(5, 1, 2);
+    }
+  }
+}
+
+#define REFCG_DW_COLS_AVX2_KH 8 /* kernel rows the column kernels take (the weights' stack buffer) */
+
 static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
-  refcg_dw_rows((const refcg_dw_job*)ctx, r0, r1, refcg_dw16_avx2, refcg_epi_avx2);
+  const refcg_dw_job* j = (const refcg_dw_job*)ctx;
+  /* the column kernels: 3- and 5-wide rows, stride 1 or 2, a vector requantize */
+  if (!(j->dw == 1 && (j->kw == 3 || j->kw == 5) && (j->sw == 1 || j->sw == 2) && j->kh <= REFCG_DW_COLS_AVX2_KH &&
+        j->epi.rq_vector)) {
+    refcg_dw_rows(j, r0, r1, refcg_dw16_avx2, refcg_epi_avx2);
+    return;
+  }
+  int16_t vw[(REFCG_DW_COLS_AVX2_KH / 2) * 5 * 16] __attribute__((aligned(32)));
+  for (int32_t c0 = 0; c0 < j->c; c0 += 8) {
+    const int32_t nvalid = j->c - c0 < 8 ? j->c - c0 : 8;
+    for (int32_t kh = 0; kh < j->kh; kh += 2)
+      for (int32_t kw = 0; kw < j->kw; ++kw)
+        for (int32_t l = 0; l < 8; ++l) {
+          int16_t* d = vw + ((kh / 2 * j->kw + kw) * 8 + l) * 2;
+          d[0] = j->w_taps[(int64_t)(kh * j->kw + kw) * j->cp + c0 + l];
+          d[1] = kh + 1 < j->kh ? j->w_taps[(int64_t)((kh + 1) * j->kw + kw) * j->cp + c0 + l] : 0;
+        }
+    const refcg_rqv_avx2 r = refcg_rqv_load_avx2(j->epi.rq, c0, nvalid, 1);
+    const __m256i corr = _mm256_maskload_epi32(j->epi.corr + c0, _mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid),
+                                                                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    if (refcg_rq_is_up_avx2(j->epi.rq, &r)) /* the common plan without its branches */
+      refcg_dw_cols_rows_avx2(j, r0, r1, c0, nvalid, vw, &r, corr, 1);
+    else
+      refcg_dw_cols_rows_avx2(j, r0, r1, c0, nvalid, vw, &r, corr, 0);
+  }
 }
 
 /* Store 8 pixels (raw accumulators + correction) of one output row at off, n valid (o_w == 1). */
