@@ -19,7 +19,8 @@ from core_cffi import Core
 
 def network(rng):
     """NCHW conv (GEMM path, transposed copy) -> max pool + residual qnn.add -> depthwise (plane
-    kernels) -> 1x1, full-range int8 weights."""
+    kernels) -> 1x1 -> 1x1 -> depthwise reading the planner's channels-last tensor and writing the
+    NCHW output (the channel kernels' strided store), full-range int8 weights."""
     x = relay.var("x", shape=(1, 13, 15, 14), dtype="int8")
     y = qconv_block(x, rng, in_c=13, out_c=24, per_channel=True, clip=(-100, 127), input_zp=-3, output_zp=2)
     pooled = relay.nn.max_pool2d(y, pool_size=(3, 3), padding=(1, 1))
@@ -29,6 +30,7 @@ def network(rng):
     y = qconv_block(y, rng, in_c=24, out_c=35, kernel=(1, 1), padding=(0, 0), input_scale=0.1)
     # 80 channels: 5 blocks of 16, two AVX-512 channel groups, which threads must not split by group
     y = qconv_block(y, rng, in_c=35, out_c=80, kernel=(1, 1), padding=(0, 0), input_scale=0.1)
+    y = qconv_block(y, rng, in_c=80, out_c=80, groups=80, input_scale=0.1)
     return module([x], y), {"x": random_int(rng, (1, 13, 15, 14), "int8")}
 
 
