@@ -82,23 +82,30 @@ def _loaded_scale_readers(users: dict) -> dict:
 
 
 def _float_casts_after_quantize(users: dict) -> dict:
-    """attrs of a qnn.quantize, and of the cast after it -> why neither can leave TVM: it feeds a cast to a type that
-    cannot hold its values. TVM's SimplifyClipAndConsecutiveCast (simplify_expr.cc L199-245) drops the
-    quantize's own clip -> cast(int8/uint8) when a cast follows, so TVM-only converts the clipped float
-    straight to that type (a negative value to uint8, one above 127 to int8: undefined in LLVM), where
-    refcg's 8-bit result would wrap. Left in TVM, the two stay one kernel, as in TVM-only."""
+    """attrs of a qnn.quantize, and of the casts after it -> why none can leave TVM: they end in a cast to a
+    type that cannot hold its values. TVM's SimplifyClipAndConsecutiveCast (simplify_expr.cc L199-245)
+    rewrites the quantize's clip -> cast(int8/uint8) -> cast -> ... -> cast, dropping every cast whose
+    type holds the clip's range, so TVM-only converts the clipped float straight to the first type that
+    does not (a negative value to uint8, one above 127 to int8: undefined in LLVM), where refcg's 8-bit
+    result would wrap; a cast to int32 in between changes nothing. Left in TVM, they stay one kernel, as
+    in TVM-only."""
     reasons = {}
     for node in users:
         if _op_name(node) != "qnn.quantize" or node.checked_type.dtype not in DTYPE_RANGE:
             continue  # the quantize check rejects other dtypes
         lo, hi = DTYPE_RANGE[node.checked_type.dtype]
-        for user in users.get(node, []):
-            dst = str(user.attrs.dtype) if _op_name(user) == "cast" else None
-            if dst in DTYPE_RANGE and not DTYPE_RANGE[dst][0] <= lo <= hi <= DTYPE_RANGE[dst][1]:
-                reasons[node.attrs] = reasons[user.attrs] = (
-                    f"its result feeds a cast to {dst}, which TVM-only applies to the clipped float "
-                    "(SimplifyClipAndConsecutiveCast drops the quantize's own cast): undefined outside the "
-                    f"{dst} range, where refcg's {node.checked_type.dtype} would wrap")
+        paths = [[user] for user in users.get(node, []) if _op_name(user) == "cast"]
+        while paths:
+            path = paths.pop()
+            dst = str(path[-1].attrs.dtype)
+            if dst.startswith("float") or (dst in DTYPE_RANGE and DTYPE_RANGE[dst][0] <= lo <= hi <= DTYPE_RANGE[dst][1]):
+                paths += [path + [user] for user in users.get(path[-1], []) if _op_name(user) == "cast"]
+                continue  # holds the range: TVM drops it and looks at the next cast
+            through = f" (through {', '.join(str(c.attrs.dtype) for c in path[:-1])})" if len(path) > 1 else ""
+            reason = (f"its result feeds a cast to {dst}{through}, which TVM-only applies to the clipped float "
+                      "(SimplifyClipAndConsecutiveCast drops the quantize's own cast): undefined outside the "
+                      f"{dst} range, where refcg's {node.checked_type.dtype} would wrap")
+            reasons.update({call.attrs: reason for call in [node, *path]})
     return reasons
 
 

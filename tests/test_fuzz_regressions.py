@@ -540,3 +540,27 @@ def test_a_quantize_whose_result_is_cast_to_another_8_bit_type_stays_in_tvm(tmp_
     result = check_batch([ChainSpec(**CAST_AFTER_QUANTIZE)], numerics, tmp_path)
     assert result["mismatches"] == [] and result["cases"] == 1, result
     assert [op for op, _, reason in result["stayed"] if "SimplifyClipAndConsecutiveCast" in reason] == ["qnn.quantize"]
+
+
+# Found 2026-12-02 by make fuzz (seed 21001, llvm, on 0661812): "max diff 183". A float softmax's quantize
+# to uint8 (values 200..206), then cast int32, then cast int8. TVM's SimplifyClipAndConsecutiveCast drops
+# every cast of clip -> cast -> ... -> cast whose type holds the clip's [0, 255] (the quantize's uint8,
+# then int32), so TVM-only converts the clipped float straight to int8 (200 -> 127, saturated), where
+# refcg's uint8 went through int32 and wrapped (200 -> -56). consumers._float_casts_after_quantize
+# followed only a cast right after the quantize; it now follows the casts TVM drops.
+QUANTIZE_WIDE_NARROW = dict(
+    shape=(2, 11, 4, 13), layout="NCHW", dtype="float32", scale=0.00045447368756867945, zp=252, seed=635, ops=[
+        {"op": "quantize", "axis": -1, "per_axis": False, "out_dtype": "uint8", "out_scale": 0.0005427367868833244,
+         "out_zp": 6},
+        {"op": "softmax", "form": "float", "out_dtype": "uint8", "out_scale": 0.16694092750549316, "out_zp": 200},
+        {"op": "copy", "kind": "cast", "dtype": "int32"}, {"op": "copy", "kind": "cast", "dtype": "int8"}])
+
+
+@pytest.mark.parametrize("numerics", ["llvm", "float32"])
+def test_a_quantize_cast_wide_then_narrow_stays_in_tvm(tmp_path, numerics):
+    result = check_batch([ChainSpec(**QUANTIZE_WIDE_NARROW)], numerics, tmp_path)
+    assert result["cases"] == 1 and not result["mismatches"], result["mismatches"]
+    stayed = [(op, reason) for op, _, reason in result["stayed"]]
+    through = "feeds a cast to int8 (through int32), which TVM-only applies to the clipped float"
+    assert sum(op == "cast" and through in reason for op, reason in stayed) == 2, stayed
+    assert any(op == "qnn.quantize" and through in reason for op, reason in stayed), stayed
