@@ -97,7 +97,7 @@ DRAWN = (
        "shared scalar constants", "quantize", "quantize per axis", "dequantize",
        "dequantize per axis", "binary rank-0 operand", "conv2d", "conv2d behind an nn.pad", "dense", "concat",
        "requantize", "requantize to int16", "requantize from int16", "requantize to int32", "requantize from int32",
-       "conv2d to int16", "conv2d int32 accumulator kept", "dense int32 accumulator kept", "reduce of int32"]
+       "conv2d to int16", "conv2d int32 accumulator kept", "dense int32 accumulator kept"]
     + [f"batch_matmul {form}" for form in ("input", "broadcast", "self")] + ["batch_matmul int32 accumulator kept"])
 
 

@@ -386,8 +386,8 @@ def chains(draw, max_ops: int = 3, numerics: str | None = None):
     count = draw(st.integers(1, max_ops))
     for i in range(count):
         last = i == count - 1
-        if state.dtype in WIDE:  # int16 / int32: requantized back, moved or reduced (int32 summed as it is)
-            options = ["requantize"] * (fused < limit) + ["copy", "reduce"]
+        if state.dtype in WIDE:  # int16 / int32: requantized back, moved, or (int16) reduced
+            options = ["requantize"] * (fused < limit) + ["copy"] + ["reduce"] * (state.dtype == "int16")
         else:
             requantizing = ["binary", "requantize", draw(st.sampled_from(REQUANTIZING_GLUE))]
             options = ["concat"] + ["dense"] * 2 * (len(state.shape) >= 2) + requantizing * (fused < limit)
@@ -667,7 +667,7 @@ def _reduce(y, state, op, ctx):
                     state.scale, _zero_point_in(state.zp, op["out_dtype"]))
     if y is None:
         return None, new
-    wide = y if state.dtype == "int32" else relay.cast(y, "int32")
+    wide = relay.cast(y, "int32")
     if kind == "mean":
         r = relay.mean(wide, axis=op["axis"], keepdims=op["keepdims"])
     elif kind == "sum":
@@ -939,7 +939,5 @@ def families(spec: ChainSpec) -> list[str]:
                 new.dtype in WIDE)
         elif new.dtype == "int16" and state.dtype != "int16":
             names.append(f"{kind} to int16")
-        if kind == "reduce" and state.dtype == "int32":
-            names.append("reduce of int32")
         state = new
     return names
