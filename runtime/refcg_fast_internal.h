@@ -290,6 +290,12 @@ typedef struct {
   int64_t tap_off[REFCG_DW_MAX_TAPS + 1]; /* bytes from a pixel's first tap to tap t; an odd count's last repeated */
 } refcg_dw_job;
 
+/* The shapes the x86 column-sharing depthwise kernels take: 3- or 5-wide kernel rows, undilated
+ * along W, stride 1 or 2 along W. */
+REFCG_INLINE int refcg_dw_cols_fit(const refcg_dw_job* j) {
+  return j->dw == 1 && (j->kw == 3 || j->kw == 5) && (j->sw == 1 || j->sw == 2);
+}
+
 /* vpmaddwd takes two int16 taps per 32-bit lane: per pair of taps (t, t + 1; an odd last tap with a
  * zero weight) and 16 channels, 32 int16 in the order the lanes of unpacklo/hi_epi16 of the taps'
  * widened channels hold them: channels 0-3 | 8-11 (tap pairs), then 4-7 | 12-15. */

@@ -69,12 +69,17 @@ typedef struct {
 REFCG_INLINE __m256i refcg_even64_avx2(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi64x(0xffffffffLL)); }
 REFCG_INLINE __m256i refcg_odd64_avx2(__m256i v) { return _mm256_srli_epi64(v, 32); }
 
+
+/* All-ones in lanes [0, n) of 8 (maskload / maskstore masks). */
+REFCG_INLINE __m256i refcg_lanes_avx2(int32_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
 REFCG_INLINE refcg_rqv_avx2 refcg_rqv_load_avx2(const refcg_requant* rq, int32_t c, int32_t n, int lanes) {
   refcg_rqv_avx2 r;
   const __m256i zero = _mm256_setzero_si256();
   r.general = 0;
   r.c.q.m_e = r.c.q.m_o = r.c.q.k_e = r.c.q.k_o = r.c.q.r = r.c.q.l1 = r.c.q.l2 = zero; /* registers, not a memset */
-  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i mask = refcg_lanes_avx2(n);
   c = rq->per_channel ? c : 0;
   lanes = lanes && rq->per_channel;
   if (rq->identity) return r;
@@ -270,7 +275,7 @@ REFCG_INLINE void refcg_blk_init_avx2(const refcg_gemm_job* j, int32_t nb, refcg
   for (int32_t h = 0; h < 2; ++h) {
     const int32_t n = b->nvalid - 8 * h;
     b->rv[h] = refcg_rqv_load_avx2(&b->rq, b->c0 + 8 * h, n, 1);
-    b->mask[h] = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    b->mask[h] = refcg_lanes_avx2(n);
     b->corr[h] = _mm256_maskload_epi32(j->epi.corr + b->c0 + 8 * h, b->mask[h]);
   }
 }
@@ -574,8 +579,7 @@ REFCG_INLINE void refcg_dw_cols_rows_avx2(const refcg_dw_job* j, int64_t r0, int
 static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
   const refcg_dw_job* j = (const refcg_dw_job*)ctx;
   /* the column kernels: 3- and 5-wide rows, stride 1 or 2, a vector requantize */
-  if (!(j->dw == 1 && (j->kw == 3 || j->kw == 5) && (j->sw == 1 || j->sw == 2) && j->kh <= REFCG_DW_COLS_AVX2_KH &&
-        j->epi.rq_vector)) {
+  if (!(refcg_dw_cols_fit(j) && j->kh <= REFCG_DW_COLS_AVX2_KH && j->epi.rq_vector)) {
     refcg_dw_rows(j, r0, r1, refcg_dw16_avx2, refcg_epi_avx2);
     return;
   }
@@ -590,8 +594,7 @@ static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
           d[1] = kh + 1 < j->kh ? j->w_taps[(int64_t)((kh + 1) * j->kw + kw) * j->cp + c0 + l] : 0;
         }
     const refcg_rqv_avx2 r = refcg_rqv_load_avx2(j->epi.rq, c0, nvalid, 1);
-    const __m256i corr = _mm256_maskload_epi32(j->epi.corr + c0, _mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid),
-                                                                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    const __m256i corr = _mm256_maskload_epi32(j->epi.corr + c0, refcg_lanes_avx2(nvalid));
     if (refcg_rq_is_up_avx2(j->epi.rq, &r)) /* the common plan without its branches */
       refcg_dw_cols_rows_avx2(j, r0, r1, c0, nvalid, vw, &r, corr, 1);
     else
@@ -610,7 +613,7 @@ REFCG_INLINE void refcg_dwp_store_avx2(const refcg_epi* e, const refcg_rqv_avx2*
   }
   const __m256i v = refcg_rq_apply_avx2(e->rq, acc, r);
   if (e->out_dtype == REFCG_S32) {
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i mask = refcg_lanes_avx2(n);
     _mm256_maskstore_epi32((int32_t*)e->out + off, mask, v);
     return;
   }
@@ -968,13 +971,18 @@ REFCG_INLINE __m512i refcg_fpm_half_avx512(__m512i p, __m512i l1, __m512i k, __m
     }                                                                                                  \
   } while (0)
 
+/* The high halves of the even and odd int64 lanes pe, po, shifted right by r->c.q.r, + the output zp. */
+REFCG_INLINE __m512i refcg_fpm_merge_avx512(const refcg_rqv_avx512* r, __m512i pe, __m512i po) {
+  return _mm512_add_epi32(_mm512_srav_epi32(_mm512_mask_shuffle_epi32(po, 0x5555, pe, _MM_PERM_DDBB), r->c.q.r), r->ozp);
+}
+
 /* The int64 modes' REFCG_FPM_PLAN in UPWARD with right shifts only (r not identity, not general):
  * even and odd int64 products plus the rounding 2^kx, then their high halves shifted. */
 REFCG_INLINE __m512i refcg_rq_up_avx512(const refcg_rqv_avx512* r, __m512i acc) {
   const __m512i v = _mm512_sub_epi32(acc, r->izp);
   const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(v, r->c.q.m_e), r->c.q.k_e);
   const __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_shuffle_epi32(v, _MM_PERM_DDBB), r->c.q.m_o), r->c.q.k_o);
-  return _mm512_add_epi32(_mm512_srav_epi32(_mm512_mask_shuffle_epi32(po, 0x5555, pe, _MM_PERM_DDBB), r->c.q.r), r->ozp);
+  return refcg_fpm_merge_avx512(r, pe, po);
 }
 
 /* r takes refcg_rq_up_avx512 (constant per block: callers branch on it once, outside their loops) */
@@ -995,7 +1003,7 @@ REFCG_INLINE __m512i refcg_rq_unclamped_avx512(const refcg_rqv_avx512* r, __m512
       __m512i po = _mm512_mul_epi32(_mm512_shuffle_epi32(v, _MM_PERM_DDBB), r->c.q.m_o);
       pe = refcg_fpm_half_avx512(pe, refcg_even64_avx512(l1), r->c.q.k_e, refcg_even64_avx512(l2), tonearest);
       po = refcg_fpm_half_avx512(po, refcg_odd64_avx512(l1), r->c.q.k_o, refcg_odd64_avx512(l2), tonearest);
-      v = _mm512_srav_epi32(_mm512_mask_shuffle_epi32(po, 0x5555, pe, _MM_PERM_DDBB), r->c.q.r);
+      return refcg_fpm_merge_avx512(r, pe, po);
     }
     v = _mm512_add_epi32(v, r->ozp);
   } else if (r->mode == REFCG_RQ_FLOAT64_UPWARD || r->mode == REFCG_RQ_FLOAT64_TONEAREST) {
@@ -1259,7 +1267,7 @@ static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
     return;
   }
   /* the column-sharing kernels: 3- and 5-wide rows, stride 1 or 2, 8 then 4 pixels at a time */
-  const int cols = j->dw == 1 && (j->kw == 3 || j->kw == 5) && (j->sw == 1 || j->sw == 2);
+  const int cols = refcg_dw_cols_fit(j);
   const int64_t rowb = (int64_t)j->dh * j->wp * j->cp;
   int64_t toff[32];
   int32_t wide[32 * 16] __attribute__((aligned(64)));
