@@ -23,6 +23,10 @@ from .numerics import DTYPE_RANGE
 SAFE_CONSUMERS = ("qnn.quantize", "nn.softmax", "reinterpret")
 # Ops that only move values: the question passes on to their own consumers.
 LAYOUT_OPS = ("reshape", "squeeze", "expand_dims", "transpose", "nn.batch_flatten", "layout_transform")
+# QNN ops TVM-only lowers around an anchor of pattern kOutEWiseFusable (nn.conv2d, nn.dense), and the ops
+# between such an op and a dequantize that FuseOps keeps in the anchor's kernel (elementwise, one user).
+ANCHORS = ("qnn.conv2d", "qnn.dense")
+ANCHOR_EPILOGUE = ("nn.bias_add", "add", "qnn.requantize", "clip", "cast")
 
 
 def _op_name(expr) -> str | None:
@@ -130,6 +134,31 @@ def _clips_before_folded_casts(users: dict) -> dict:
     return reasons
 
 
+def _pattern(expr) -> int:
+    """TOpPattern of a consumer; 0 (elementwise: may fuse) when not known, QNN ops among them."""
+    name = _op_name(expr)
+    pattern = tvm.ir.Op.get(name).get_attr("TOpPattern") if name and not name.startswith("qnn.") else None
+    return 0 if pattern is None else int(pattern)
+
+
+def _ends_anchored_kernel(dequantize, users: dict) -> bool:
+    """Whether TVM-only's kernel holding ``dequantize`` is a conv/dense kernel that ends with it, so its
+    float result is materialized there as refcg would hand it back (no multiply left to contract or fold).
+
+    FuseOps (fuse_ops.cc, RunFuse) fuses a kOutEWiseFusable group only in phase 0 and only into a post-
+    dominator reached through elementwise/broadcast ops (kind <= kBroadcast); its group keeps that pattern,
+    so phases 1 and 2 never extend it. The dequantize is in the anchor's group when every op from the
+    qnn.conv2d / qnn.dense to it is elementwise with one user; the group ends there when every consumer
+    is injective or beyond (TOpPattern > kBroadcast: resize2d, reshape, mean, ...)."""
+    users_of = users.get(dequantize, [])
+    if not users_of or any(isinstance(user, relay.Tuple) or _pattern(user) <= 1 for user in users_of):
+        return False
+    node = dequantize.args[0]
+    while _op_name(node) in ANCHOR_EPILOGUE and len(users.get(node, [])) == 1:
+        node = node.args[0]
+    return _op_name(node) in ANCHORS and len(users.get(node, [])) == 1
+
+
 class DequantizeUses:
     """For each qnn.dequantize of the graph being partitioned: None (safe) or why its result cannot
     leave refcg bit-exactly."""
@@ -179,7 +208,7 @@ class DequantizeUses:
         self.reasons = {}
         for expr in users.keys() | outputs:
             if _op_name(expr) == "qnn.dequantize":
-                user = unsafe_use(expr)
+                user = None if _ends_anchored_kernel(expr, users) else unsafe_use(expr)
                 self.reasons[expr.attrs] = None if user is None else (
                     f"its float result feeds {user}, which TVM-only computes together with the "
                     "dequantize's multiply (FMA contraction, constant folding): not bit-exact outside TVM")

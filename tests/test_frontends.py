@@ -144,7 +144,8 @@ def test_untouched_batch_norm_collapses_and_the_check_fails_it(recalibrate):
 
 # torchvision's quantizable networks at 32 px (ShuffleNetV2: 64, its quantized ops fail at 32): the glue between their quantized layers (casts after
 # every conv, pads, adaptive pool, reshape/squeeze, ShuffleNet's split and channel shuffle) is offloaded.
-# ShuffleNetV2's global pool is a float mean between dequantize and quantize: it stays, two partitions.
+# ShuffleNetV2's global pool is a float mean between dequantize and quantize: it stays, two partitions (the
+# dequantize ends TVM-only's conv kernel: it leaves with the conv).
 # Partitioning only (TVM-only builds of the full depth take minutes; make bench compares them).
 @pytest.mark.parametrize("name, size, partitions", [("resnet18", 32, 1), ("shufflenet_v2_x0_5", 64, 2)])
 def test_torchvision_networks_are_not_fragmented(tmp_path, name, size, partitions):
@@ -157,7 +158,7 @@ def test_torchvision_networks_are_not_fragmented(tmp_path, name, size, partition
     partitioned = partition_for_refcg(runner.prepared(model), fold_batch_norm=False)
     report = offload_report(partitioned)
     assert len(refcg_functions(partitioned)) == partitions, str(report)
-    assert dict(report.stayed_ops) == ({} if partitions == 1 else {"qnn.dequantize": 1, "mean": 1}), str(report)
+    assert dict(report.stayed_ops) == ({} if partitions == 1 else {"mean": 1}), str(report)
 
 
 def test_triton_cannot_crash_a_process_that_loaded_tvm(tmp_path):

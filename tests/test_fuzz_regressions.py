@@ -564,3 +564,28 @@ def test_a_quantize_cast_wide_then_narrow_stays_in_tvm(tmp_path, numerics):
     through = "feeds a cast to int8 (through int32), which TVM-only applies to the clipped float"
     assert sum(op == "cast" and through in reason for op, reason in stayed) == 2, stayed
     assert any(op == "qnn.quantize" and through in reason for op, reason in stayed), stayed
+
+
+# Found 2026-12-02 by make fuzz (seed 21000, float32-nofma, on 0661812): refcg's build failed in TVM's
+# LLVM codegen ("location of #dbg_declare must be a pointer or int": TVM 0.19 declares debug info for
+# every let-bound var, and LLVM 22 rejects a float one, which CSE made of the per-axis dequantize inside
+# the resize kernel). TVM-only keeps the dequantize in the conv's kernel (a kOutEWiseFusable group takes
+# no injective consumer), where refcg had left it in TVM to fuse into the resize. A dequantize ending
+# TVM-only's conv/dense kernel is now offloaded: its float result is materialized there too.
+DEQUANTIZE_AXIS1_RESIZE = dict(
+    shape=(1, 7, 10, 6), layout="NHWC", dtype="int8", scale=0.003889544168487191, zp=-126, seed=2900, ops=[
+        {"op": "conv2d", "out_c": 12, "kernel": [1, 4], "strides": [1, 2], "pad": None, "dilation": [1, 1],
+         "padding": [0, 0, 1, 1], "groups": 3, "w_dtype": "int8", "kernel_zp": 0, "per_channel": True,
+         "bias": 16777216, "bias_form": "bias_add", "out_dtype": "uint8", "out_scale": 0.0035163145512342453,
+         "out_zp": 88, "rounding": "TONEAREST", "clip": None},
+        {"op": "qdq", "dq_axis": 1, "dq_per_axis": True, "q_axis": 0, "q_per_axis": True, "out_dtype": "uint8",
+         "out_scale": 1.0770384073257446, "out_zp": 0, "between": "resize", "size": [5, 2]}])
+
+
+# On an FMA target the conv stays in TVM (stagewise.py) and the dequantize with it.
+@pytest.mark.parametrize("numerics,dequantize", [("float32-nofma", "refcg"), ("llvm", "refcg"), ("float32", "TVM")])
+def test_a_dequantize_ending_a_conv_kernel_leaves_tvm_with_it(tmp_path, numerics, dequantize):
+    result = check_batch([ChainSpec(**DEQUANTIZE_AXIS1_RESIZE)], numerics, tmp_path)
+    assert result["cases"] == 1 and not result["mismatches"] and not result["refcg build errors"], result
+    stayed = [op for op, _, _ in result["stayed"]]
+    assert "image.resize2d" in stayed and ("qnn.dequantize" in stayed) == (dequantize == "TVM"), stayed
