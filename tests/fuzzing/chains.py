@@ -846,7 +846,9 @@ def tvm_only_undefined(spec: ChainSpec, numerics: str | None = None) -> str | No
     padded input, which is <= 0 for a last window entirely outside it (refcg keeps that pool in TVM,
     so the garbage flows into whatever refcg computes next). On aarch64, TVM 0.19's int8 NHWC conv
     (topi/arm_cpu/conv2d_gemm.py:111-113) makes the im2col of a 1x1 kernel a reshape of the input,
-    ignoring the strides: a strided 1x1 conv reads the wrong pixels (refcg computes it right).
+    ignoring the strides: a strided 1x1 conv reads the wrong pixels (refcg computes it right). On x86,
+    TVM's batch_matmul_int8 (uint8 x int8, N % 16 == K % 4 == 0) indexes a broadcast batch-1 operand's
+    packed copy by the other operand's batch, reading past it (refcg keeps it in TVM: ops/batch_matmul.py).
     """
     state = spec
     for op in spec.ops:
@@ -854,6 +856,10 @@ def tvm_only_undefined(spec: ChainSpec, numerics: str | None = None) -> str | No
         if numerics in ARM_NUMERICS and op["op"] == "conv2d" and state.layout == "NHWC" and op["groups"] == 1 \
                 and op["kernel"] == (1, 1) and op["strides"] != (1, 1):
             return "TVM-only aarch64 NHWC 1x1 conv ignores its strides (conv2d_gemm.py im2col is a reshape)"
+        if numerics not in ARM_NUMERICS and op["op"] == "batch_matmul" and op["form"] == "broadcast" \
+                and state.shape[0] > 1 and (state.dtype, op["y_dtype"]) == ("uint8", "int8") and op["n"] % 16 == 0 \
+                and (math.prod(state.shape[1:]) // op["m"]) % 4 == 0:
+            return "TVM-only x86 batch_matmul_int8 reads past a broadcast batch-1 operand (uint8 x int8, N % 16 == K % 4 == 0)"
         if op["op"] == "pool" and op["kind"] == "avg" and op["ceil_mode"] and op["count_include_pad"]:
             (_, _, h, w), (_, _, oh, ow) = dims(state), dims(new)
             (sh, sw), (pt, pl, pb, pr) = op["strides"], op["padding"]
