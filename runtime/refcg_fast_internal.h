@@ -35,6 +35,27 @@
 #define REFCG_UNROLL
 #endif
 
+/* The requantize plan of a block of channels, fixed before its loops: the epilogue's mode and flags
+ * become compile-time constants where a caller passes a constant plan (REFCG_WITH_PLAN).
+ * REFCG_PLAN_ANY tests them per vector; REFCG_PLAN_I64_UP is the int64 UPWARD plan with right shifts
+ * only; REFCG_PLAN_F32_UP + (fused) + 2 * (post added) is float32 UPWARD, not identity. */
+enum { REFCG_PLAN_ANY = 0, REFCG_PLAN_I64_UP = 1, REFCG_PLAN_F32_UP = 2 };
+#define REFCG_PLAN_FUSED(plan) (((plan) - REFCG_PLAN_F32_UP) & 1)
+#define REFCG_PLAN_POST(plan) (((plan) - REFCG_PLAN_F32_UP) >> 1)
+
+/* CALL(p) with p the constant equal to plan: one specialized copy of CALL per plan. */
+#define REFCG_WITH_PLAN(plan, CALL) \
+  do {                              \
+    switch (plan) {                 \
+      case 1: CALL(1); break;       \
+      case 2: CALL(2); break;       \
+      case 3: CALL(3); break;       \
+      case 4: CALL(4); break;       \
+      case 5: CALL(5); break;       \
+      default: CALL(0); break;      \
+    }                               \
+  } while (0)
+
 /* Requantize + store of output row pieces: what every epilogue needs. */
 typedef struct {
   const refcg_requant* rq;

@@ -130,23 +130,24 @@ REFCG_INLINE __m256i refcg_fpm_half_avx2(__m256i p, __m256i l1, __m256i k, __m25
   return _mm256_sllv_epi64(_mm256_add_epi64(p, k), l2);
 }
 
-/* refcg_requantize_one's float expression on the lanes of f (float or double vectors, suffix sfx),
- * scale and the mode's constants from rq (addend, post: float32 or float64 fields). */
-#define REFCG_RQ_FLOAT_AVX2(rq, f, scale, addend, post, sfx)                                           \
+/* refcg_requantize_one's float expression on the lanes of f (float or double vectors, suffix sfx):
+ * input zp, scale, addend and post of the mode's width; the flags of refcg_requant (upward: the
+ * mode's UPWARD; has_post: post is not 0, whose addition changes no result). */
+#define REFCG_RQ_FLOAT_AVX2(f, izp, scale, addend, post, identity, fused, has_post, upward, round_emulated, sfx) \
   do {                                                                                                 \
     const __typeof__(f) sign_ = _mm256_set1_##sfx(-0.0), one_ = _mm256_set1_##sfx(1.0);                \
     const __typeof__(f) half_ = _mm256_set1_##sfx(0.5), add_ = _mm256_set1_##sfx(addend);             \
-    f = _mm256_sub_##sfx(f, _mm256_set1_##sfx((rq)->input_zp));                                        \
-    if ((rq)->identity)                                                                                \
+    f = _mm256_sub_##sfx(f, _mm256_set1_##sfx(izp));                                                   \
+    if (identity)                                                                                      \
       f = _mm256_add_##sfx(f, add_);                                                                   \
-    else if ((rq)->fused)                                                                              \
+    else if (fused)                                                                                    \
       f = _mm256_fmadd_##sfx(f, scale, add_);                                                          \
     else                                                                                               \
       f = _mm256_add_##sfx(_mm256_mul_##sfx(f, scale), add_);                                          \
-    if ((post) != 0) f = _mm256_add_##sfx(f, _mm256_set1_##sfx(post)); /* + 0.0 changes no result */   \
-    if ((rq)->mode == REFCG_RQ_FLOAT32_UPWARD || (rq)->mode == REFCG_RQ_FLOAT64_UPWARD) {             \
+    if (has_post) f = _mm256_add_##sfx(f, _mm256_set1_##sfx(post));                                    \
+    if (upward) {                                                                                      \
       f = _mm256_floor_##sfx(f);                                                                       \
-    } else if ((rq)->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */            \
+    } else if (round_emulated) { /* f + copysign(0.5, f); the conversion truncates */                 \
       f = _mm256_add_##sfx(f, _mm256_or_##sfx(_mm256_and_##sfx(f, sign_), half_));                    \
     } else { /* half away from zero; f - trunc(f) is exact */                                          \
       const __typeof__(f) t_ = _mm256_round_##sfx(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);          \
@@ -196,16 +197,38 @@ REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, c
     v = _mm256_add_epi32(v, _mm256_set1_epi32(rq->output_zp));
   } else if (rq->mode == REFCG_RQ_FLOAT64_UPWARD || rq->mode == REFCG_RQ_FLOAT64_TONEAREST) {
     __m256d lo = _mm256_cvtepi32_pd(_mm256_castsi256_si128(acc)), hi = _mm256_cvtepi32_pd(_mm256_extracti128_si256(acc, 1));
-    REFCG_RQ_FLOAT_AVX2(rq, lo, r->c.d[0], rq->addend_f64, rq->post_f64, pd);
-    REFCG_RQ_FLOAT_AVX2(rq, hi, r->c.d[1], rq->addend_f64, rq->post_f64, pd);
+    const int up = rq->mode == REFCG_RQ_FLOAT64_UPWARD, post = rq->post_f64 != 0.0;
+    REFCG_RQ_FLOAT_AVX2(lo, rq->input_zp, r->c.d[0], rq->addend_f64, rq->post_f64, rq->identity, rq->fused, post, up,
+                        rq->round_emulated, pd);
+    REFCG_RQ_FLOAT_AVX2(hi, rq->input_zp, r->c.d[1], rq->addend_f64, rq->post_f64, rq->identity, rq->fused, post, up,
+                        rq->round_emulated, pd);
     /* out of range -> INT32_MIN, like refcg_f64_to_i32 on x86 */
     v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvttpd_epi32(lo)), _mm256_cvttpd_epi32(hi), 1);
   } else {
     __m256 f = _mm256_cvtepi32_ps(acc);
-    REFCG_RQ_FLOAT_AVX2(rq, f, r->c.f, rq->addend_f32, rq->post_f32, ps);
+    REFCG_RQ_FLOAT_AVX2(f, rq->input_zp, r->c.f, rq->addend_f32, rq->post_f32, rq->identity, rq->fused,
+                        rq->post_f32 != 0.0f, rq->mode == REFCG_RQ_FLOAT32_UPWARD, rq->round_emulated, ps);
     v = _mm256_cvttps_epi32(f); /* out of range -> INT32_MIN, like cvttss2si */
   }
   return refcg_clamp_avx2(rq, v);
+}
+
+/* The plan (REFCG_PLAN_*) of rq and r. */
+REFCG_INLINE int refcg_rq_plan_avx2(const refcg_requant* rq, const refcg_rqv_avx2* r) {
+  if (rq->identity) return REFCG_PLAN_ANY;
+  if (rq->mode == REFCG_RQ_INT64_UPWARD) return r->general ? REFCG_PLAN_ANY : REFCG_PLAN_I64_UP;
+  if (rq->mode == REFCG_RQ_FLOAT32_UPWARD) return REFCG_PLAN_F32_UP + (rq->fused != 0) + 2 * (rq->post_f32 != 0.0f);
+  return REFCG_PLAN_ANY;
+}
+
+/* refcg_rq_apply_avx2 under plan (a constant: the branches fold away). */
+REFCG_INLINE __m256i refcg_rq_planned_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r, const int plan) {
+  if (plan == REFCG_PLAN_I64_UP) return refcg_rq_up_avx2(rq, acc, r);
+  if (plan < REFCG_PLAN_F32_UP) return refcg_rq_apply_avx2(rq, acc, r);
+  __m256 f = _mm256_cvtepi32_ps(acc);
+  REFCG_RQ_FLOAT_AVX2(f, rq->input_zp, r->c.f, rq->addend_f32, rq->post_f32, 0, REFCG_PLAN_FUSED(plan),
+                      REFCG_PLAN_POST(plan), 1, 0, ps);
+  return refcg_clamp_avx2(rq, _mm256_cvttps_epi32(f));
 }
 
 /* Requantize 8 channels starting at c (n channels valid) into clamped int32. */
@@ -280,16 +303,16 @@ REFCG_INLINE void refcg_blk_init_avx2(const refcg_gemm_job* j, int32_t nb, refcg
   }
 }
 
-/* Requantize and store rows x block b (contiguous channels) from sum; up: rq takes refcg_rq_up_avx2. */
+/* Requantize and store rows x block b (contiguous channels) from sum under plan (refcg_rq_planned_avx2). */
 REFCG_INLINE void refcg_tile_store_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, const int64_t* out_off,
-                                        __m256i (*sum)[2], int32_t rows, const int up) {
+                                        __m256i (*sum)[2], int32_t rows, const int plan) {
   void* const out = j->epi.out;
   const int s32 = j->epi.out_dtype == REFCG_S32;
   for (int32_t r = 0; r < rows; ++r) {
     const int64_t off = out_off[r] + b->c0;
     for (int32_t h = 0; h < b->nh; ++h) {
       const __m256i a = _mm256_add_epi32(sum[r][h], b->corr[h]);
-      const __m256i v = up ? refcg_rq_up_avx2(&b->rq, a, &b->rv[h]) : refcg_rq_apply_avx2(&b->rq, a, &b->rv[h]);
+      const __m256i v = refcg_rq_planned_avx2(&b->rq, a, &b->rv[h], plan);
       if (s32)
         _mm256_maskstore_epi32((int*)out + off + 8 * h, b->mask[h], v);
       else
@@ -311,10 +334,11 @@ REFCG_INLINE void refcg_tile_sums_epi_avx2(const refcg_gemm_job* j, const refcg_
     }
     return;
   }
-  if (refcg_rq_is_up_avx2(&b->rq, &b->rv[0]) && refcg_rq_is_up_avx2(&b->rq, &b->rv[1]))
-    refcg_tile_store_avx2(j, b, out_off, sum, rows, 1); /* the common plan without its branches */
-  else
-    refcg_tile_store_avx2(j, b, out_off, sum, rows, 0);
+  const int plan = refcg_rq_plan_avx2(&b->rq, &b->rv[0]) == refcg_rq_plan_avx2(&b->rq, &b->rv[1])
+                       ? refcg_rq_plan_avx2(&b->rq, &b->rv[0]) : REFCG_PLAN_ANY;
+#define REFCG_TILE_STORE_AVX2(p) refcg_tile_store_avx2(j, b, out_off, sum, rows, p)
+  REFCG_WITH_PLAN(plan, REFCG_TILE_STORE_AVX2);
+#undef REFCG_TILE_STORE_AVX2
 }
 
 /* The same from vpmaddwd's pair-sum accumulators (4 per row: channels 0-3, 4-7, 8-11, 12-15). */
@@ -514,7 +538,7 @@ REFCG_INLINE void refcg_dw16_avx2(const refcg_dw_job* j, const uint8_t* base, in
  * vw: per row pair and kw, 8 channels x (w[kh], w[kh + 1]) as int16. acc starts at the correction. */
 REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base, int64_t rowb, const int16_t* vw,
                                      int32_t c0, const refcg_rqv_avx2* r, __m256i corr, int64_t out_off, int32_t nvalid,
-                                     const int K, const int PX, const int S, const int up) {
+                                     const int K, const int PX, const int S, const int plan) {
   __m256i acc[8];
   for (int q = 0; q < PX; ++q) acc[q] = corr;
   for (int32_t kh = 0; kh < j->kh; kh += 2, base += 2 * rowb, vw += 16 * K) {
@@ -534,7 +558,7 @@ REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base,
   }
   const refcg_epi* e = &j->epi;
   for (int q = 0; q < PX; ++q) {
-    const __m256i v = up ? refcg_rq_up_avx2(e->rq, acc[q], r) : refcg_rq_apply_avx2(e->rq, acc[q], r);
+    const __m256i v = refcg_rq_planned_avx2(e->rq, acc[q], r, plan);
     const int64_t off = out_off + q * j->o_w;
     if (e->o_c == 1 && e->out_dtype != REFCG_S32) {
       refcg_store_bytes_avx2((uint8_t*)e->out + off + c0, v, nvalid); /* values are in range */
@@ -549,11 +573,11 @@ REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base,
 /* Pixels [ow, out_w) of one output row with refcg_dw_cols_avx2, PX at a time. */
 #define REFCG_DW_COLS_AVX2_ROW(K, PX, S)                                                                 \
   for (; ow + (PX) <= j->out_w; ow += (PX))                                                              \
-    refcg_dw_cols_avx2(j, row + ow * pstride, rowb, vw, c0, r, corr, oh * j->o_h + ow * j->o_w, nvalid, K, PX, S, up)
+    refcg_dw_cols_avx2(j, row + ow * pstride, rowb, vw, c0, r, corr, oh * j->o_h + ow * j->o_w, nvalid, K, PX, S, plan)
 
-/* Output rows [r0, r1) of channels [c0, c0 + nvalid) with refcg_dw_cols_avx2; up: r takes refcg_rq_up_avx2. */
+/* Output rows [r0, r1) of channels [c0, c0 + nvalid) with refcg_dw_cols_avx2 under plan. */
 REFCG_INLINE void refcg_dw_cols_rows_avx2(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid,
-                                          const int16_t* vw, const refcg_rqv_avx2* r, __m256i corr, const int up) {
+                                          const int16_t* vw, const refcg_rqv_avx2* r, __m256i corr, const int plan) {
   const int64_t rowb = (int64_t)j->dh * j->wp * j->cp, pstride = (int64_t)j->sw * j->cp;
   for (int64_t oh = r0; oh < r1; ++oh) {
     const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
@@ -595,10 +619,9 @@ static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
         }
     const refcg_rqv_avx2 r = refcg_rqv_load_avx2(j->epi.rq, c0, nvalid, 1);
     const __m256i corr = _mm256_maskload_epi32(j->epi.corr + c0, refcg_lanes_avx2(nvalid));
-    if (refcg_rq_is_up_avx2(j->epi.rq, &r)) /* the common plan without its branches */
-      refcg_dw_cols_rows_avx2(j, r0, r1, c0, nvalid, vw, &r, corr, 1);
-    else
-      refcg_dw_cols_rows_avx2(j, r0, r1, c0, nvalid, vw, &r, corr, 0);
+#define REFCG_DW_COLS_ROWS_AVX2(p) refcg_dw_cols_rows_avx2(j, r0, r1, c0, nvalid, vw, &r, corr, p)
+    REFCG_WITH_PLAN(refcg_rq_plan_avx2(j->epi.rq, &r), REFCG_DW_COLS_ROWS_AVX2);
+#undef REFCG_DW_COLS_ROWS_AVX2
   }
 }
 
@@ -944,22 +967,22 @@ REFCG_INLINE __m512i refcg_fpm_half_avx512(__m512i p, __m512i l1, __m512i k, __m
  * explicit-rounding forms are never contracted into an FMA. The roundings are the all-ones maskz
  * forms and f - t a plain sub: without -O, GCC 12's roundscale and sub_round macros pass an
  * "undefined" vector that g++ -Wmaybe-uninitialized flags here (GCC PR 105593). */
-#define REFCG_RQ_FLOAT_AVX512(r_, f, scale_, izp_, add_, post_, sfx)                                     \
+#define REFCG_RQ_FLOAT_AVX512(f, scale_, izp_, add_, post_, identity, fused, has_post, upward, round_emulated, sfx) \
   do {                                                                                                 \
     const __typeof__(f) sign_ = _mm512_set1_##sfx(-0.0), one_ = _mm512_set1_##sfx(1.0);                \
     const __typeof__(f) half_ = _mm512_set1_##sfx(0.5);                                                \
     f = _mm512_sub_round_##sfx(f, izp_, _MM_FROUND_CUR_DIRECTION);                                     \
-    if ((r_)->identity)                                                                                \
+    if (identity)                                                                                      \
       f = _mm512_add_round_##sfx(f, add_, _MM_FROUND_CUR_DIRECTION);                                   \
-    else if ((r_)->fused)                                                                              \
+    else if (fused)                                                                                    \
       f = _mm512_fmadd_##sfx(f, scale_, add_);                                                         \
     else                                                                                               \
       f = _mm512_add_round_##sfx(_mm512_mul_round_##sfx(f, scale_, _MM_FROUND_CUR_DIRECTION), add_,    \
                                  _MM_FROUND_CUR_DIRECTION);                                            \
-    if ((r_)->has_post) f = _mm512_add_round_##sfx(f, post_, _MM_FROUND_CUR_DIRECTION);                \
-    if ((r_)->mode == REFCG_RQ_FLOAT32_UPWARD || (r_)->mode == REFCG_RQ_FLOAT64_UPWARD) {              \
+    if (has_post) f = _mm512_add_round_##sfx(f, post_, _MM_FROUND_CUR_DIRECTION);                      \
+    if (upward) {                                                                                      \
       f = _mm512_maskz_roundscale_##sfx(~0, f, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);            \
-    } else if ((r_)->round_emulated) { /* f + copysign(0.5, f); the conversion truncates */           \
+    } else if (round_emulated) { /* f + copysign(0.5, f); the conversion truncates */                 \
       f = _mm512_add_round_##sfx(f, _mm512_or_##sfx(half_, _mm512_and_##sfx(f, sign_)),                \
                                  _MM_FROUND_CUR_DIRECTION);                                            \
     } else { /* half away from zero; f - trunc(f) is exact */                                         \
@@ -1008,16 +1031,37 @@ REFCG_INLINE __m512i refcg_rq_unclamped_avx512(const refcg_rqv_avx512* r, __m512
     v = _mm512_add_epi32(v, r->ozp);
   } else if (r->mode == REFCG_RQ_FLOAT64_UPWARD || r->mode == REFCG_RQ_FLOAT64_TONEAREST) {
     __m512d lo = _mm512_cvtepi32_pd(_mm512_castsi512_si256(acc)), hi = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc, 1));
-    REFCG_RQ_FLOAT_AVX512(r, lo, r->c.d.scale[0], r->c.d.izp, r->c.d.add, r->c.d.post, pd);
-    REFCG_RQ_FLOAT_AVX512(r, hi, r->c.d.scale[1], r->c.d.izp, r->c.d.add, r->c.d.post, pd);
+    const int up = r->mode == REFCG_RQ_FLOAT64_UPWARD;
+    REFCG_RQ_FLOAT_AVX512(lo, r->c.d.scale[0], r->c.d.izp, r->c.d.add, r->c.d.post, r->identity, r->fused, r->has_post,
+                          up, r->round_emulated, pd);
+    REFCG_RQ_FLOAT_AVX512(hi, r->c.d.scale[1], r->c.d.izp, r->c.d.add, r->c.d.post, r->identity, r->fused, r->has_post,
+                          up, r->round_emulated, pd);
     /* out of range -> INT32_MIN, like refcg_f64_to_i32 on x86 */
     v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epi32(lo)), _mm512_cvttpd_epi32(hi), 1);
   } else {
     __m512 f = _mm512_cvtepi32_ps(acc);
-    REFCG_RQ_FLOAT_AVX512(r, f, r->c.f.scale, r->c.f.izp, r->c.f.add, r->c.f.post, ps);
+    REFCG_RQ_FLOAT_AVX512(f, r->c.f.scale, r->c.f.izp, r->c.f.add, r->c.f.post, r->identity, r->fused, r->has_post,
+                          r->mode == REFCG_RQ_FLOAT32_UPWARD, r->round_emulated, ps);
     v = _mm512_cvttps_epi32(f);
   }
   return v;
+}
+
+/* The plan (REFCG_PLAN_*) of r. */
+REFCG_INLINE int refcg_rq_plan_avx512(const refcg_rqv_avx512* r) {
+  if (refcg_rq_is_up_avx512(r)) return REFCG_PLAN_I64_UP;
+  if (r->mode == REFCG_RQ_FLOAT32_UPWARD && !r->identity) return REFCG_PLAN_F32_UP + (r->fused != 0) + 2 * r->has_post;
+  return REFCG_PLAN_ANY;
+}
+
+/* refcg_rq_unclamped_avx512 under plan (a constant: the branches fold away). */
+REFCG_INLINE __m512i refcg_rq_planned_avx512(const refcg_rqv_avx512* r, __m512i acc, const int plan) {
+  if (plan == REFCG_PLAN_I64_UP) return refcg_rq_up_avx512(r, acc);
+  if (plan < REFCG_PLAN_F32_UP) return refcg_rq_unclamped_avx512(r, acc);
+  __m512 f = _mm512_cvtepi32_ps(acc);
+  REFCG_RQ_FLOAT_AVX512(f, r->c.f.scale, r->c.f.izp, r->c.f.add, r->c.f.post, 0, REFCG_PLAN_FUSED(plan),
+                        REFCG_PLAN_POST(plan), 1, 0, ps);
+  return _mm512_cvttps_epi32(f);
 }
 
 /* ... and clamped. */
@@ -1111,15 +1155,15 @@ REFCG_INLINE refcg_blk_avx512 refcg_blk_load_avx512(const refcg_gemm_job* j, int
 }
 
 /* Rows of a tile's accumulators requantized and stored as bytes, NV blocks per row in one store
- * (refcg_store_bytes_avx512); up: every block takes refcg_rq_up_avx512. */
+ * (refcg_store_bytes_avx512), every block under plan (refcg_rq_planned_avx512). */
 REFCG_INLINE void refcg_tile_store_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk,
                                           __m512i (*acc)[REFCG_X512_NV], const int64_t* out_off, int rows,
-                                          const int NV, const int up) {
+                                          const int NV, const int plan) {
   const int64_t n = j->n - blk[0].c0;
   for (int r = 0; r < rows; ++r) {
     __m512i v[4];
     for (int b = 0; b < NV; ++b)
-      v[b] = up ? refcg_rq_up_avx512(&blk[b].r, acc[r][b]) : refcg_rq_unclamped_avx512(&blk[b].r, acc[r][b]);
+      v[b] = refcg_rq_planned_avx512(&blk[b].r, acc[r][b], plan);
     refcg_store_bytes_avx512((uint8_t*)j->epi.out + out_off[r] + blk[0].c0, v, NV, &blk[0].r,
                              j->epi.out_dtype == REFCG_U8, n);
   }
@@ -1149,12 +1193,12 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx
     }
   }
   if (j->epi.rq_vector && j->epi.o_c == 1 && j->epi.out_dtype != REFCG_S32) { /* a row's NV blocks: one store */
-    int up = 1;
-    for (int b = 0; b < NV; ++b) up &= refcg_rq_is_up_avx512(&blk[b].r);
-    if (up) /* the common plan without its branches: unrolled over the blocks, acc kept in registers */
-      refcg_tile_store_avx512(j, blk, acc, out_off, rows, NV, 1);
-    else
-      refcg_tile_store_avx512(j, blk, acc, out_off, rows, NV, 0);
+    int plan = refcg_rq_plan_avx512(&blk[0].r);
+    for (int b = 1; b < NV; ++b) plan = refcg_rq_plan_avx512(&blk[b].r) == plan ? plan : REFCG_PLAN_ANY;
+    /* a constant plan: unrolled over the blocks without the mode's branches, acc kept in registers */
+#define REFCG_TILE_STORE_AVX512(p) refcg_tile_store_avx512(j, blk, acc, out_off, rows, NV, p)
+    REFCG_WITH_PLAN(plan, REFCG_TILE_STORE_AVX512);
+#undef REFCG_TILE_STORE_AVX512
     return;
   }
   for (int v = 0; v < NV; ++v)
