@@ -381,16 +381,22 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
   const int32_t cp = f->cp;
   const int in_signed = p->in_dtype == REFCG_S8;
   const uint8_t flip = in_signed == isa->signed_domain ? 0 : 0x80;
-  uint8_t* a = (uint8_t*)refcg_ws_alloc((size_t)hp * wp * cp + 64);
-  if (!a) return -2;
   const int depthwise = f->kind == REFCG_FAST_DEPTHWISE;
+  /* The GEMM tiles read the input in place when the padded copy would equal it: nothing to pad,
+   * bytes already in the variant's domain, pixels of exactly cp channels in contiguous rows (a
+   * 1x1 conv on a channels-last tensor). The tiles read 4 bytes at a time below kw * cp. */
+  const int in_place = !depthwise && flip == 0 && p->pad_top == 0 && p->pad_left == 0 && hp <= p->in_h &&
+                       wp == p->in_w && p->in_stride[3] == 1 && p->in_stride[2] == cp &&
+                       p->in_stride[1] == (int64_t)wp * cp;
+  uint8_t* a = in_place ? NULL : (uint8_t*)refcg_ws_alloc((size_t)hp * wp * cp + 64);
+  if (!in_place && !a) return -2;
   const int32_t* corr = depthwise ? (isa->signed_domain ? f->dw_corr_s8 : f->dw_corr_u8)
                                   : (isa->signed_domain ? f->gemm.corr_s8 : f->gemm.corr_u8);
   const int out_elem = p->out_dtype == REFCG_S32 ? 4 : 1;
   const int unpack = !depthwise && out_elem == 1 && p->out_stride[3] != 1 && p->out_stride[2] == 1;
   uint8_t* rows = unpack ? (uint8_t*)refcg_ws_alloc((size_t)p->out_h * p->out_w * p->out_c + 64) : NULL;
   if (unpack && !rows) {
-    refcg_ws_free(a);
+    if (a) refcg_ws_free(a);
     return -2;
   }
   int16_t* wpair = NULL; /* once per call: the weights as the variant's rows kernel reads them */
@@ -428,7 +434,8 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
       const int32_t kh = rows_contiguous ? s : s / p->kernel_w, kw = rows_contiguous ? 0 : s % p->kernel_w;
       seg_off[s] = ((int64_t)kh * p->dilation_h * wp + (int64_t)kw * p->dilation_w) * cp;
     }
-    const refcg_gemm_job j = {p->out_h * p->out_w, p->out_w, (int64_t)p->stride_h * wp * cp, (int64_t)p->stride_w * cp, a,
+    const uint8_t* x = in_place ? (const uint8_t*)input + n * p->in_stride[0] : a;
+    const refcg_gemm_job j = {p->out_h * p->out_w, p->out_w, (int64_t)p->stride_h * wp * cp, (int64_t)p->stride_w * cp, x,
                               nseg, rows_contiguous ? p->kernel_w * cp : cp, seg_off, p->out_c, f->gemm.kp, f->gemm.w,
                               epi, unpack ? (int64_t)p->out_w * p->out_c : p->out_stride[1],
                               unpack ? p->out_c : p->out_stride[2], f->gemm.pair_safe};
@@ -437,11 +444,11 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
     const refcg_par_task phases[] = {{refcg_pad_rows, &pj, hp},
                                      {isa->gemm.tiles, &j, (j.m + isa->gemm.mr - 1) / isa->gemm.mr * ngroups},
                                      {refcg_unpack_rows, &uj, p->out_h}};
-    refcg_parallel_phases(phases, unpack ? 3 : 2);
+    refcg_parallel_phases(phases + in_place, (unpack ? 3 : 2) - in_place);
   }
   if (wpair) refcg_ws_free(wpair);
   if (rows) refcg_ws_free(rows);
-  refcg_ws_free(a);
+  if (a) refcg_ws_free(a);
   return 0;
 }
 

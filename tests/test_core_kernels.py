@@ -131,6 +131,29 @@ def test_conv_variants_bit_exact(core, isa, shape, weights, layout, in_dtype):
         packed_only.run(x, fast=False)
 
 
+# Batches of convs that read a channels-last input in place (no padding, cp == in_c, the variant's
+# byte domain: uint8 on x86) or through the padded copy (int8 on x86, in_c not a multiple of 4).
+IN_PLACE_SHAPES = [(16, 24, (7, 5), (1, 1), (1, 1)), (8, 20, (9, 9), (1, 1), (2, 2)), (8, 12, (6, 7), (3, 3), (1, 1)),
+                   (13, 9, (5, 6), (1, 1), (1, 1))]
+
+
+@pytest.mark.parametrize("shape", IN_PLACE_SHAPES, ids=lambda s: f"c{s[0]}k{s[3][0]}s{s[4][0]}")
+@pytest.mark.parametrize("in_dtype", ["uint8", "int8"])
+def test_conv_batches_nhwc_bit_exact(core, isa, shape, in_dtype):
+    in_c, out_c, (h, w), kernel, stride = shape
+    rng = np.random.default_rng(zlib.crc32(repr((shape, in_dtype)).encode()))
+    x = full_range(rng, (3, h, w, in_c), in_dtype)
+    weight = full_range(rng, (out_c, *kernel, in_c), "int8")
+    izp = -7 if in_dtype == "int8" else 131
+    conv = Conv2D(core, in_shape=x.shape, layout="NHWC", weight_ohwi=weight, strides=stride, in_dtype=in_dtype,
+                  input_zp=izp, out_dtype="int32", requant=no_requantize(), reference_weights=False)
+    want = numpy_conv_nhwc(x, weight, izp, 0, stride, (0, 0, 0, 0), (1, 1), 1)
+    assert len(np.unique(want)) > 8 and not np.array_equal(want[1], want[2])
+    got = conv.run(x)
+    assert core.isa_name() == isa
+    assert np.array_equal(got, want), f"{isa}: batch rows differ {[int(np.abs(got[n] - want[n]).max()) for n in range(3)]}"
+
+
 def requant_cases(rng, want, out_c):
     """int32 out, every requantize mode (per-channel and per-tensor alternating), clipped uint8."""
     spread = 60.0 / (float(want.std()) + 1.0)  # outputs spread over ~+-100 before clamping
