@@ -1283,7 +1283,7 @@ REFCG_INLINE void refcg_dw_px_avx512(const refcg_dw_job* j, const uint8_t* base,
  * read them (pixel q's tap kw is column q * S + kw), instead of one widening per pixel and tap. */
 REFCG_INLINE void refcg_dw_cols_avx512(const refcg_dw_job* j, const uint8_t* base, int64_t rowb, const int32_t* wide,
                                        int32_t c0, const refcg_rqv_avx512* r, __m512i corr, int64_t out_off,
-                                       const int K, const int PX, const int S) {
+                                       const int K, const int PX, const int S, const int plan) {
   __m512i acc[8], col[(8 - 1) * 2 + 5]; /* at most 27 of the 32 zmm with the weight */
   for (int q = 0; q < PX; ++q) acc[q] = corr;
   for (int32_t kh = 0; kh < j->kh; ++kh, base += rowb) {
@@ -1295,13 +1295,57 @@ REFCG_INLINE void refcg_dw_cols_avx512(const refcg_dw_job* j, const uint8_t* bas
     }
   }
   const int32_t nvalid = j->c - c0 < 16 ? j->c - c0 : 16;
-  for (int q = 0; q < PX; ++q) refcg_epi_vec_avx512(&j->epi, r, acc[q], c0, nvalid, out_off + q * j->o_w);
+  if (plan == REFCG_PLAN_ANY) {
+    for (int q = 0; q < PX; ++q) refcg_epi_vec_avx512(&j->epi, r, acc[q], c0, nvalid, out_off + q * j->o_w);
+    return;
+  }
+  /* a plan: rq_vector, 8-bit channels-last output (refcg_dw_plan_avx512) */
+  const __mmask16 mask = (__mmask16)((1u << nvalid) - 1u);
+  uint8_t* out = (uint8_t*)j->epi.out + out_off + c0;
+  for (int q = 0; q < PX; ++q)
+    refcg_store16_bytes_avx512(out + q * j->o_w, mask,
+                               _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(r, acc[q], plan), r->hi), r->lo));
+}
+
+/* The plan of the column kernels' epilogue: REFCG_PLAN_ANY unless the output is 8-bit channels-last. */
+REFCG_INLINE int refcg_dw_plan_avx512(const refcg_dw_job* j, const refcg_rqv_avx512* r) {
+  return j->epi.rq_vector && j->epi.o_c == 1 && j->epi.out_dtype != REFCG_S32 ? refcg_rq_plan_avx512(r) : REFCG_PLAN_ANY;
 }
 
 /* Pixels [ow, out_w) of one output row with refcg_dw_cols_avx512, PX at a time. */
 #define REFCG_DW_COLS_ROW(K, PX, S)                                                                          \
   for (; ow + (PX) <= j->out_w; ow += (PX))                                                                  \
-    refcg_dw_cols_avx512(j, row + ow * pstride, rowb, wide, c0, &r, corr, oh * j->o_h + ow * j->o_w, K, PX, S)
+    refcg_dw_cols_avx512(j, row + ow * pstride, rowb, wide, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan)
+
+/* Output rows [r0, r1) of channels [c0, c0 + 16): the column kernels (cols), epilogue under plan,
+ * then 4 and 1 pixels at a time with refcg_dw_px_avx512. */
+REFCG_INLINE void refcg_dw_rows_avx512(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int cols,
+                                       const int32_t* wide, const int64_t* toff, const refcg_rqv_avx512* r,
+                                       __m512i corr, const int plan) {
+  const int64_t rowb = (int64_t)j->dh * j->wp * j->cp, pstride = (int64_t)j->sw * j->cp;
+  const int32_t taps = j->kh * j->kw;
+  for (int64_t oh = r0; oh < r1; ++oh) {
+    const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
+    int32_t ow = 0;
+    if (cols && j->kw == 3 && j->sw == 1) {
+      REFCG_DW_COLS_ROW(3, 8, 1);
+      REFCG_DW_COLS_ROW(3, 4, 1);
+    } else if (cols && j->kw == 3) {
+      REFCG_DW_COLS_ROW(3, 8, 2);
+      REFCG_DW_COLS_ROW(3, 4, 2);
+    } else if (cols && j->sw == 1) {
+      REFCG_DW_COLS_ROW(5, 8, 1);
+      REFCG_DW_COLS_ROW(5, 4, 1);
+    } else if (cols) {
+      REFCG_DW_COLS_ROW(5, 8, 2);
+      REFCG_DW_COLS_ROW(5, 4, 2);
+    }
+    for (; ow + 4 <= j->out_w; ow += 4)
+      refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, r, corr, oh * j->o_h + ow * j->o_w, 4);
+    for (; ow < j->out_w; ++ow)
+      refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, r, corr, oh * j->o_h + ow * j->o_w, 1);
+  }
+}
 
 static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
   const refcg_dw_job* j = (const refcg_dw_job*)ctx;
@@ -1312,38 +1356,19 @@ static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
   }
   /* the column-sharing kernels: 3- and 5-wide rows, stride 1 or 2, 8 then 4 pixels at a time */
   const int cols = refcg_dw_cols_fit(j);
-  const int64_t rowb = (int64_t)j->dh * j->wp * j->cp;
   int64_t toff[32];
   int32_t wide[32 * 16] __attribute__((aligned(64)));
   for (int32_t t = 0; t < taps; ++t) toff[t] = ((int64_t)(t / j->kw) * j->dh * j->wp + (int64_t)(t % j->kw) * j->dw) * j->cp;
-  const int64_t pstride = (int64_t)j->sw * j->cp;
   for (int32_t c0 = 0; c0 < j->c; c0 += 16) {
     for (int32_t t = 0; t < taps; ++t)
       _mm512_store_si512(wide + 16 * t, _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)(j->w + (int64_t)t * j->cp + c0))));
     const __mmask16 mask = (__mmask16)((1u << (j->c - c0 < 16 ? j->c - c0 : 16)) - 1u);
     const refcg_rqv_avx512 r = refcg_rqv_load_avx512(j->epi.rq, c0, mask, 1);
     const __m512i corr = _mm512_maskz_loadu_epi32(mask, j->epi.corr + c0);
-    for (int64_t oh = r0; oh < r1; ++oh) {
-      const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
-      int32_t ow = 0;
-      if (cols && j->kw == 3 && j->sw == 1) {
-        REFCG_DW_COLS_ROW(3, 8, 1);
-        REFCG_DW_COLS_ROW(3, 4, 1);
-      } else if (cols && j->kw == 3) {
-        REFCG_DW_COLS_ROW(3, 8, 2);
-        REFCG_DW_COLS_ROW(3, 4, 2);
-      } else if (cols && j->sw == 1) {
-        REFCG_DW_COLS_ROW(5, 8, 1);
-        REFCG_DW_COLS_ROW(5, 4, 1);
-      } else if (cols) {
-        REFCG_DW_COLS_ROW(5, 8, 2);
-        REFCG_DW_COLS_ROW(5, 4, 2);
-      }
-      for (; ow + 4 <= j->out_w; ow += 4)
-        refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, &r, corr, oh * j->o_h + ow * j->o_w, 4);
-      for (; ow < j->out_w; ++ow)
-        refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, &r, corr, oh * j->o_h + ow * j->o_w, 1);
-    }
+    const int plan = cols ? refcg_dw_plan_avx512(j, &r) : REFCG_PLAN_ANY;
+#define REFCG_DW_ROWS_AVX512(p) refcg_dw_rows_avx512(j, r0, r1, c0, cols, wide, toff, &r, corr, p)
+    REFCG_WITH_PLAN(plan, REFCG_DW_ROWS_AVX512);
+#undef REFCG_DW_ROWS_AVX512
   }
 }
 
