@@ -1521,6 +1521,7 @@ static void refcg_gemmp_avx512(const void* ctx, int64_t t0, int64_t t1) {
 typedef struct {
   refcg_rqv_avx512 ra, rb;
   __m512i azp, bzp, ozp, lo, hi;
+  int plan; /* both operands' requantize plan, REFCG_PLAN_ANY where they differ */
 } refcg_binc_avx512;
 
 /* Up to 16 8-bit elements at x (stride 1) or x[0] in every lane (stride 0) as int32. */
@@ -1528,6 +1529,20 @@ REFCG_INLINE __m512i refcg_bin_load_avx512(const uint8_t* x, int64_t stride, int
   if (stride == 0) return _mm512_set1_epi32(refcg_load(x, 0, dtype));
   const __m128i v = _mm_maskz_loadu_epi8(mask, x);
   return dtype == REFCG_S8 ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+}
+
+/* add / subtract of n elements with both operands' requantize under plan (a constant). */
+REFCG_INLINE void refcg_bin_addsub_avx512(const refcg_binc_avx512* k, const uint8_t* a, int64_t sa, int32_t adt,
+                                          const uint8_t* b, int64_t sb, int32_t bdt, uint8_t* out, int64_t n, int sub,
+                                          const int plan) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+    const __m512i x = refcg_bin_load_avx512(a + i * sa, sa, adt, mask), y = refcg_bin_load_avx512(b + i * sb, sb, bdt, mask);
+    const __m512i qa = _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(&k->ra, x, plan), k->ra.hi), k->ra.lo);
+    const __m512i qb = _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(&k->rb, y, plan), k->rb.hi), k->rb.lo);
+    const __m512i v = sub ? _mm512_add_epi32(_mm512_sub_epi32(qa, qb), k->ozp) : _mm512_sub_epi32(_mm512_add_epi32(qa, qb), k->ozp);
+    refcg_store16_bytes_avx512(out + i, mask, _mm512_max_epi32(_mm512_min_epi32(v, k->hi), k->lo));
+  }
 }
 
 REFCG_INLINE void refcg_bin_row_avx512(const refcg_bin_job* j, const void* ctx, int64_t ia, int64_t ib, int64_t io,
@@ -1539,6 +1554,12 @@ REFCG_INLINE void refcg_bin_row_avx512(const refcg_bin_job* j, const void* ctx, 
   const uint8_t* a = j->a + ia;
   const uint8_t* b = j->b + ib;
   uint8_t* out = j->out + io;
+  if (op != REFCG_BIN_MUL && k->plan != REFCG_PLAN_ANY) {
+#define REFCG_BIN_ADDSUB_AVX512(q) refcg_bin_addsub_avx512(k, a, sa, adt, b, sb, bdt, out, n, op != REFCG_BIN_ADD, q)
+    REFCG_WITH_PLAN(k->plan, REFCG_BIN_ADDSUB_AVX512);
+#undef REFCG_BIN_ADDSUB_AVX512
+    return;
+  }
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 mask = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
     const __m512i x = refcg_bin_load_avx512(a + i * sa, sa, adt, mask), y = refcg_bin_load_avx512(b + i * sb, sb, bdt, mask);
@@ -1570,6 +1591,7 @@ static void refcg_bin_avx512(const void* ctx, int64_t r0, int64_t r1) {
   k.ozp = _mm512_set1_epi32(p->out_zp);
   k.lo = _mm512_set1_epi32(p->out_min);
   k.hi = _mm512_set1_epi32(p->out_max);
+  k.plan = refcg_rq_plan_avx512(&k.ra) == refcg_rq_plan_avx512(&k.rb) ? refcg_rq_plan_avx512(&k.ra) : REFCG_PLAN_ANY;
   refcg_bin_rows(j, &k, r0, r1, refcg_bin_row_avx512);
 }
 

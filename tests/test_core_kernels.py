@@ -253,12 +253,14 @@ def test_binary_variants_bit_exact(core, isa, shapes, op):
     rng = np.random.default_rng(zlib.crc32(repr((shapes, op)).encode()))
     x, y = full_range(rng, shapes[0], "int8"), full_range(rng, shapes[1], "uint8")
     zps, out_range = (-3, 131, 7), (-128, 127)
-    for rounding, compute in MODES:
+    # add/sub scales: 0.7 is a left shift in the int64 UPWARD plan (the general path), 0.3 and 0.2 are not
+    cases = [(rounding, compute, (0.7, 0.45)) for rounding, compute in MODES] + [("UPWARD", "int64", (0.3, 0.2))]
+    for rounding, compute, (sa, sb) in cases:
         if op == "mul":
             rq_a = rq_b = make_requantize(np.float32(0.002), np.float32(1.0), 0, zps[2], "int8", rounding, compute)
         else:
-            rq_a = make_requantize(np.float32(0.7), np.float32(1.0), zps[0], zps[2], "int32", rounding, compute)
-            rq_b = make_requantize(np.float32(0.45), np.float32(1.0), zps[1], zps[2], "int32", rounding, compute)
+            rq_a = make_requantize(np.float32(sa), np.float32(1.0), zps[0], zps[2], "int32", rounding, compute)
+            rq_b = make_requantize(np.float32(sb), np.float32(1.0), zps[1], zps[2], "int32", rounding, compute)
         ref = run_binary(core, op, x, y, "int8", rq_a, rq_b, zps, out_range, reference=True)
         assert len(np.unique(ref)) > min(8, ref.size - 1)  # the requantize does not collapse everything
         got = run_binary(core, op, x, y, "int8", rq_a, rq_b, zps, out_range, reference=False)
