@@ -43,6 +43,9 @@ enum { REFCG_PLAN_ANY = 0, REFCG_PLAN_I64_UP = 1, REFCG_PLAN_F32_UP = 2 };
 #define REFCG_PLAN_FUSED(plan) (((plan) - REFCG_PLAN_F32_UP) & 1)
 #define REFCG_PLAN_POST(plan) (((plan) - REFCG_PLAN_F32_UP) >> 1)
 
+/* The plan two blocks (or operands) share: REFCG_PLAN_ANY where they differ. */
+#define REFCG_PLAN_MEET(a, b) ((a) == (b) ? (a) : REFCG_PLAN_ANY)
+
 /* CALL(p) with p the constant equal to plan: one specialized copy of CALL per plan. */
 #define REFCG_WITH_PLAN(plan, CALL) \
   do {                              \
@@ -65,6 +68,11 @@ typedef struct {
   int32_t out_dtype;
   int64_t o_c;          /* element stride between channels */
 } refcg_epi;
+
+/* e requantizes whole vectors into contiguous 8-bit channels: the epilogues' direct byte stores. */
+REFCG_INLINE int refcg_epi_vector_bytes(const refcg_epi* e) {
+  return e->rq_vector && e->o_c == 1 && e->out_dtype != REFCG_S32;
+}
 
 /* Epilogue of up to 16 channels [c0, c0 + nvalid) of one output pixel at element offset off. */
 typedef void (*refcg_epi_fn)(const refcg_epi* e, const int32_t* acc, int32_t c0, int32_t nvalid, int64_t off);

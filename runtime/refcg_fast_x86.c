@@ -215,9 +215,9 @@ REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, c
 
 /* The plan (REFCG_PLAN_*) of rq and r. */
 REFCG_INLINE int refcg_rq_plan_avx2(const refcg_requant* rq, const refcg_rqv_avx2* r) {
-  if (rq->identity) return REFCG_PLAN_ANY;
-  if (rq->mode == REFCG_RQ_INT64_UPWARD) return r->general ? REFCG_PLAN_ANY : REFCG_PLAN_I64_UP;
-  if (rq->mode == REFCG_RQ_FLOAT32_UPWARD) return REFCG_PLAN_F32_UP + (rq->fused != 0) + 2 * (rq->post_f32 != 0.0f);
+  if (refcg_rq_is_up_avx2(rq, r)) return REFCG_PLAN_I64_UP;
+  if (rq->mode == REFCG_RQ_FLOAT32_UPWARD && !rq->identity)
+    return REFCG_PLAN_F32_UP + (rq->fused != 0) + 2 * (rq->post_f32 != 0.0f);
   return REFCG_PLAN_ANY;
 }
 
@@ -334,8 +334,7 @@ REFCG_INLINE void refcg_tile_sums_epi_avx2(const refcg_gemm_job* j, const refcg_
     }
     return;
   }
-  const int plan = refcg_rq_plan_avx2(&b->rq, &b->rv[0]) == refcg_rq_plan_avx2(&b->rq, &b->rv[1])
-                       ? refcg_rq_plan_avx2(&b->rq, &b->rv[0]) : REFCG_PLAN_ANY;
+  const int plan = REFCG_PLAN_MEET(refcg_rq_plan_avx2(&b->rq, &b->rv[0]), refcg_rq_plan_avx2(&b->rq, &b->rv[1]));
 #define REFCG_TILE_STORE_AVX2(p) refcg_tile_store_avx2(j, b, out_off, sum, rows, p)
   REFCG_WITH_PLAN(plan, REFCG_TILE_STORE_AVX2);
 #undef REFCG_TILE_STORE_AVX2
@@ -1192,9 +1191,9 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx
       }
     }
   }
-  if (j->epi.rq_vector && j->epi.o_c == 1 && j->epi.out_dtype != REFCG_S32) { /* a row's NV blocks: one store */
+  if (refcg_epi_vector_bytes(&j->epi)) { /* a row's NV blocks: one store */
     int plan = refcg_rq_plan_avx512(&blk[0].r);
-    for (int b = 1; b < NV; ++b) plan = refcg_rq_plan_avx512(&blk[b].r) == plan ? plan : REFCG_PLAN_ANY;
+    for (int b = 1; b < NV; ++b) plan = REFCG_PLAN_MEET(plan, refcg_rq_plan_avx512(&blk[b].r));
     /* a constant plan: unrolled over the blocks without the mode's branches, acc kept in registers */
 #define REFCG_TILE_STORE_AVX512(p) refcg_tile_store_avx512(j, blk, acc, out_off, rows, NV, p)
     REFCG_WITH_PLAN(plan, REFCG_TILE_STORE_AVX512);
@@ -1309,7 +1308,7 @@ REFCG_INLINE void refcg_dw_cols_avx512(const refcg_dw_job* j, const uint8_t* bas
 
 /* The plan of the column kernels' epilogue: REFCG_PLAN_ANY unless the output is 8-bit channels-last. */
 REFCG_INLINE int refcg_dw_plan_avx512(const refcg_dw_job* j, const refcg_rqv_avx512* r) {
-  return j->epi.rq_vector && j->epi.o_c == 1 && j->epi.out_dtype != REFCG_S32 ? refcg_rq_plan_avx512(r) : REFCG_PLAN_ANY;
+  return refcg_epi_vector_bytes(&j->epi) ? refcg_rq_plan_avx512(r) : REFCG_PLAN_ANY;
 }
 
 /* Pixels [ow, out_w) of one output row with refcg_dw_cols_avx512, PX at a time. */
@@ -1591,7 +1590,7 @@ static void refcg_bin_avx512(const void* ctx, int64_t r0, int64_t r1) {
   k.ozp = _mm512_set1_epi32(p->out_zp);
   k.lo = _mm512_set1_epi32(p->out_min);
   k.hi = _mm512_set1_epi32(p->out_max);
-  k.plan = refcg_rq_plan_avx512(&k.ra) == refcg_rq_plan_avx512(&k.rb) ? refcg_rq_plan_avx512(&k.ra) : REFCG_PLAN_ANY;
+  k.plan = REFCG_PLAN_MEET(refcg_rq_plan_avx512(&k.ra), refcg_rq_plan_avx512(&k.rb));
   refcg_bin_rows(j, &k, r0, r1, refcg_bin_row_avx512);
 }
 
