@@ -213,6 +213,17 @@ REFCG_INLINE refcg_fpm_one refcg_fpm_one_of(const refcg_requant* rq, int32_t c) 
   return one;
 }
 
+/* A qnn.add/subtract operand requantized in int64 UPWARD with a left shift first (l1 > 0: a scale
+ * ratio >= 0.5, as in most residual adds) runs the right-shift plan on v = (x - zp) << l1: the
+ * product's shift moved before the multiply, exact where v fits int32 (8-bit x and |zp| <= 255:
+ * |x - zp| <= 510 < 2^(31 - l1) for l1 <= 21). The shift (0: the operand keeps its own plan). */
+REFCG_INLINE int32_t refcg_bin_preshift(const refcg_requant* rq) {
+  if (rq->mode != REFCG_RQ_INT64_UPWARD || rq->identity || rq->per_channel) return 0;
+  if (rq->input_zp < -255 || rq->input_zp > 255 || rq->shift[0] > 63 || rq->shift[0] < -32) return 0;
+  const int32_t l1 = refcg_fpm_one_of(rq, 0).l1;
+  return l1 <= 21 ? l1 : 0;
+}
+
 /* Modes with vector code: every mode but the aarch64 NEON one, int64 shifts in [-32, 63]. */
 REFCG_INLINE int refcg_rq_vector_ok(const refcg_requant* rq, int32_t channels) {
   if (rq->mode == REFCG_RQ_INT64_UPWARD_NEON) return 0;

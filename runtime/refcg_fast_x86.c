@@ -707,8 +707,9 @@ static void refcg_dwp_avx2(const void* ctx, int64_t c0, int64_t c1) {
 /* ---- qnn.add / subtract / mul: 8 elements per step (see the AVX-512 version) ---- */
 typedef struct {
   refcg_rqv_avx2 ra, rb;
-  const refcg_requant* rqa;
-  const refcg_requant* rqb;
+  refcg_requant qa, qb; /* the operands' requantize, the zero point shifted where pre */
+  __m256i pa, pb;       /* refcg_bin_preshift of each operand */
+  int plan, pre;
 } refcg_binc_avx2;
 
 /* Up to 8 8-bit elements at x (stride 1) or x[0] in every lane (stride 0) as int32. */
@@ -720,27 +721,44 @@ REFCG_INLINE __m256i refcg_bin_load_avx2(const uint8_t* x, int64_t stride, int32
   return dtype == REFCG_S8 ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
 }
 
-REFCG_INLINE void refcg_bin_row_avx2(const refcg_bin_job* j, const void* ctx, int64_t ia, int64_t ib, int64_t io,
-                                     int64_t n) {
-  const refcg_binc_avx2* k = (const refcg_binc_avx2*)ctx;
+/* n elements with both operands' requantize under plan (a constant; REFCG_PLAN_ANY for mul), the
+ * operands shifted first where pre. */
+REFCG_INLINE void refcg_bin_run_avx2(const refcg_bin_job* j, const refcg_binc_avx2* k, int64_t ia, int64_t ib, int64_t io,
+                                     int64_t n, const int plan, const int pre) {
   const refcg_binary_params* p = j->p;
   const int64_t sa = j->as[j->ndim - 1], sb = j->bs[j->ndim - 1];
   const int32_t op = p->op, adt = p->a_dtype, bdt = p->b_dtype;
   const __m256i azp = _mm256_set1_epi32(p->a_zp), bzp = _mm256_set1_epi32(p->b_zp), ozp = _mm256_set1_epi32(p->out_zp);
   const __m256i lo = _mm256_set1_epi32(p->out_min), hi = _mm256_set1_epi32(p->out_max);
   for (int64_t i = 0; i < n; i += 8) {
-    const __m256i x = refcg_bin_load_avx2(j->a + ia + i * sa, sa, adt, n - i);
-    const __m256i y = refcg_bin_load_avx2(j->b + ib + i * sb, sb, bdt, n - i);
+    __m256i x = refcg_bin_load_avx2(j->a + ia + i * sa, sa, adt, n - i);
+    __m256i y = refcg_bin_load_avx2(j->b + ib + i * sb, sb, bdt, n - i);
+    if (pre) {
+      x = _mm256_sllv_epi32(x, k->pa);
+      y = _mm256_sllv_epi32(y, k->pb);
+    }
     __m256i v;
     if (op == REFCG_BIN_MUL) {
-      v = refcg_rq_apply_avx2(k->rqa, _mm256_mullo_epi32(_mm256_sub_epi32(x, azp), _mm256_sub_epi32(y, bzp)), &k->ra);
+      v = refcg_rq_apply_avx2(&k->qa, _mm256_mullo_epi32(_mm256_sub_epi32(x, azp), _mm256_sub_epi32(y, bzp)), &k->ra);
     } else {
-      const __m256i qa = refcg_rq_apply_avx2(k->rqa, x, &k->ra), qb = refcg_rq_apply_avx2(k->rqb, y, &k->rb);
+      const __m256i qa = refcg_rq_planned_avx2(&k->qa, x, &k->ra, plan), qb = refcg_rq_planned_avx2(&k->qb, y, &k->rb, plan);
       v = op == REFCG_BIN_ADD ? _mm256_sub_epi32(_mm256_add_epi32(qa, qb), ozp) : _mm256_add_epi32(_mm256_sub_epi32(qa, qb), ozp);
       v = _mm256_max_epi32(_mm256_min_epi32(v, hi), lo);
     }
     refcg_store_bytes_avx2(j->out + io + i, v, n - i);
   }
+}
+
+REFCG_INLINE void refcg_bin_row_avx2(const refcg_bin_job* j, const void* ctx, int64_t ia, int64_t ib, int64_t io,
+                                     int64_t n) {
+  const refcg_binc_avx2* k = (const refcg_binc_avx2*)ctx;
+  if (k->pre) {
+    refcg_bin_run_avx2(j, k, ia, ib, io, n, REFCG_PLAN_I64_UP, 1);
+    return;
+  }
+#define REFCG_BIN_RUN_AVX2(q) refcg_bin_run_avx2(j, k, ia, ib, io, n, q, 0)
+  REFCG_WITH_PLAN(k->plan, REFCG_BIN_RUN_AVX2);
+#undef REFCG_BIN_RUN_AVX2
 }
 
 /* refcg_quantize_one on 8 lanes: roundf (half away from zero) as trunc plus the sign where the
@@ -779,11 +797,33 @@ static void refcg_pool_avx2(const void* ctx, int64_t q0, int64_t q1) {
   refcg_pool_planes((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
 }
 
+/* refcg_bin_preshift on rq and r (see refcg_bin_preshift_avx512); the shift count in every lane. */
+REFCG_INLINE __m256i refcg_bin_preshift_avx2(refcg_requant* rq, refcg_rqv_avx2* r) {
+  const int32_t l1 = refcg_bin_preshift(rq);
+  if (l1) {
+    r->general = 0;
+    rq->input_zp = (int32_t)((uint32_t)rq->input_zp << l1);
+  }
+  return _mm256_set1_epi32(l1);
+}
+
 static void refcg_bin_avx2(const void* ctx, int64_t r0, int64_t r1) {
   const refcg_bin_job* j = (const refcg_bin_job*)ctx;
-  const refcg_binc_avx2 k = {refcg_rqv_load_avx2(&j->p->rq_a, 0, 8, 0), refcg_rqv_load_avx2(&j->p->rq_b, 0, 8, 0),
-                            &j->p->rq_a, &j->p->rq_b};
-  refcg_bin_rows(j, &k, r0, r1, refcg_bin_row_avx2);
+  const refcg_binary_params* p = j->p;
+  refcg_binc_avx2 k;
+  k.ra = refcg_rqv_load_avx2(&p->rq_a, 0, 8, 0);
+  k.rb = refcg_rqv_load_avx2(&p->rq_b, 0, 8, 0);
+  k.qa = p->rq_a;
+  k.qb = p->rq_b;
+  k.plan = p->op == REFCG_BIN_MUL ? REFCG_PLAN_ANY : REFCG_PLAN_MEET(refcg_rq_plan_avx2(&k.qa, &k.ra), refcg_rq_plan_avx2(&k.qb, &k.rb));
+  /* add/subtract: an operand that shifts first, where both then take the int64 right-shift plan */
+  refcg_binc_avx2 s = k;
+  s.pa = refcg_bin_preshift_avx2(&s.qa, &s.ra);
+  s.pb = refcg_bin_preshift_avx2(&s.qb, &s.rb);
+  s.pre = p->op != REFCG_BIN_MUL && (s.ra.general != k.ra.general || s.rb.general != k.rb.general) &&
+          REFCG_PLAN_MEET(refcg_rq_plan_avx2(&s.qa, &s.ra), refcg_rq_plan_avx2(&s.qb, &s.rb)) == REFCG_PLAN_I64_UP;
+  k.pre = 0;
+  refcg_bin_rows(j, s.pre ? &s : &k, r0, r1, refcg_bin_row_avx2);
 }
 
 #if defined(__clang__)
@@ -1520,7 +1560,9 @@ static void refcg_gemmp_avx512(const void* ctx, int64_t t0, int64_t t1) {
 typedef struct {
   refcg_rqv_avx512 ra, rb;
   __m512i azp, bzp, ozp, lo, hi;
-  int plan; /* both operands' requantize plan, REFCG_PLAN_ANY where they differ */
+  __m512i pa, pb; /* refcg_bin_preshift of each operand */
+  int plan;       /* both operands' requantize plan, REFCG_PLAN_ANY where they differ */
+  int pre;        /* some operand shifts first (plan REFCG_PLAN_I64_UP) */
 } refcg_binc_avx512;
 
 /* Up to 16 8-bit elements at x (stride 1) or x[0] in every lane (stride 0) as int32. */
@@ -1533,10 +1575,14 @@ REFCG_INLINE __m512i refcg_bin_load_avx512(const uint8_t* x, int64_t stride, int
 /* add / subtract of n elements with both operands' requantize under plan (a constant). */
 REFCG_INLINE void refcg_bin_addsub_avx512(const refcg_binc_avx512* k, const uint8_t* a, int64_t sa, int32_t adt,
                                           const uint8_t* b, int64_t sb, int32_t bdt, uint8_t* out, int64_t n, int sub,
-                                          const int plan) {
+                                          const int plan, const int pre) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 mask = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-    const __m512i x = refcg_bin_load_avx512(a + i * sa, sa, adt, mask), y = refcg_bin_load_avx512(b + i * sb, sb, bdt, mask);
+    __m512i x = refcg_bin_load_avx512(a + i * sa, sa, adt, mask), y = refcg_bin_load_avx512(b + i * sb, sb, bdt, mask);
+    if (pre) { /* the zero points were shifted with them (refcg_bin_avx512) */
+      x = _mm512_sllv_epi32(x, k->pa);
+      y = _mm512_sllv_epi32(y, k->pb);
+    }
     const __m512i qa = _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(&k->ra, x, plan), k->ra.hi), k->ra.lo);
     const __m512i qb = _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(&k->rb, y, plan), k->rb.hi), k->rb.lo);
     const __m512i v = sub ? _mm512_add_epi32(_mm512_sub_epi32(qa, qb), k->ozp) : _mm512_sub_epi32(_mm512_add_epi32(qa, qb), k->ozp);
@@ -1553,8 +1599,12 @@ REFCG_INLINE void refcg_bin_row_avx512(const refcg_bin_job* j, const void* ctx, 
   const uint8_t* a = j->a + ia;
   const uint8_t* b = j->b + ib;
   uint8_t* out = j->out + io;
+  if (op != REFCG_BIN_MUL && k->pre) {
+    refcg_bin_addsub_avx512(k, a, sa, adt, b, sb, bdt, out, n, op != REFCG_BIN_ADD, REFCG_PLAN_I64_UP, 1);
+    return;
+  }
   if (op != REFCG_BIN_MUL && k->plan != REFCG_PLAN_ANY) {
-#define REFCG_BIN_ADDSUB_AVX512(q) refcg_bin_addsub_avx512(k, a, sa, adt, b, sb, bdt, out, n, op != REFCG_BIN_ADD, q)
+#define REFCG_BIN_ADDSUB_AVX512(q) refcg_bin_addsub_avx512(k, a, sa, adt, b, sb, bdt, out, n, op != REFCG_BIN_ADD, q, 0)
     REFCG_WITH_PLAN(k->plan, REFCG_BIN_ADDSUB_AVX512);
 #undef REFCG_BIN_ADDSUB_AVX512
     return;
@@ -1579,6 +1629,17 @@ static void refcg_pool_avx512(const void* ctx, int64_t q0, int64_t q1) {
   refcg_pool_planes((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
 }
 
+/* refcg_bin_preshift on r: the right-shift plan with the zero point shifted as the operand will be;
+ * the shift count in every lane. */
+REFCG_INLINE __m512i refcg_bin_preshift_avx512(const refcg_requant* rq, refcg_rqv_avx512* r) {
+  const int32_t l1 = refcg_bin_preshift(rq);
+  if (l1) {
+    r->general = 0;
+    r->izp = _mm512_set1_epi32((int32_t)((uint32_t)rq->input_zp << l1));
+  }
+  return _mm512_set1_epi32(l1);
+}
+
 static void refcg_bin_avx512(const void* ctx, int64_t r0, int64_t r1) {
   const refcg_bin_job* j = (const refcg_bin_job*)ctx;
   const refcg_binary_params* p = j->p;
@@ -1591,6 +1652,16 @@ static void refcg_bin_avx512(const void* ctx, int64_t r0, int64_t r1) {
   k.lo = _mm512_set1_epi32(p->out_min);
   k.hi = _mm512_set1_epi32(p->out_max);
   k.plan = REFCG_PLAN_MEET(refcg_rq_plan_avx512(&k.ra), refcg_rq_plan_avx512(&k.rb));
+  /* add/subtract: an operand that shifts first, where both then take the int64 right-shift plan */
+  refcg_rqv_avx512 ra = k.ra, rb = k.rb;
+  k.pa = refcg_bin_preshift_avx512(&p->rq_a, &ra);
+  k.pb = refcg_bin_preshift_avx512(&p->rq_b, &rb);
+  k.pre = p->op != REFCG_BIN_MUL && (ra.general != k.ra.general || rb.general != k.rb.general) &&
+          REFCG_PLAN_MEET(refcg_rq_plan_avx512(&ra), refcg_rq_plan_avx512(&rb)) == REFCG_PLAN_I64_UP;
+  if (k.pre) {
+    k.ra = ra;
+    k.rb = rb;
+  }
   refcg_bin_rows(j, &k, r0, r1, refcg_bin_row_avx512);
 }
 
