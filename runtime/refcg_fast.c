@@ -41,6 +41,7 @@ static const refcg_isa_config refcg_isa_scalar = {
     .binary_rows = NULL,
     .pool_planes = NULL,
     .quantize = NULL,
+    .requantize = NULL,
 };
 
 static const refcg_isa_config* const refcg_isa_table[] = {
@@ -501,6 +502,22 @@ REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const vo
   j.b = (const uint8_t*)b;
   j.out = (uint8_t*)out;
   refcg_parallel(isa->binary_rows, &j, refcg_bin_chunks(&j, rows));
+  return 0;
+}
+
+REFCG_API int refcg_requantize(const refcg_requantize_params* p, const void* input, void* output) {
+  const refcg_isa_config* isa = refcg_isa_current();
+  if (!isa->requantize || !refcg_is_8bit(p->in_dtype) || !refcg_is_8bit(p->out_dtype) || p->rq.per_channel ||
+      !refcg_rq_vector_ok(&p->rq, 1) || p->outer < 1 || p->channels < 1 || p->inner < 1)
+    return refcg_requantize_ref(p, input, output);
+  refcg_rq_job j = {p, (const uint8_t*)input, (uint8_t*)output, p->channels * p->inner, 0};
+  int64_t rows = p->outer;
+  if (p->out_outer_stride == j.n) { /* the output rows are contiguous too: one row */
+    j.n *= rows;
+    rows = 1;
+  }
+  j.chunks = (j.n + REFCG_BIN_CHUNK - 1) / REFCG_BIN_CHUNK;
+  refcg_parallel(isa->requantize, &j, rows * j.chunks);
   return 0;
 }
 

@@ -200,6 +200,7 @@ const refcg_isa_config refcg_isa_dotprod = {
     .binary_rows = NULL,
     .pool_planes = refcg_pool_neon,
     .quantize = NULL,
+    .requantize = NULL,
 };
 
 const refcg_isa_config refcg_isa_neon = {
@@ -212,6 +213,7 @@ const refcg_isa_config refcg_isa_neon = {
     .binary_rows = NULL,
     .pool_planes = refcg_pool_neon,
     .quantize = NULL,
+    .requantize = NULL,
 };
 
 #endif /* REFCG_HAVE_ARM */

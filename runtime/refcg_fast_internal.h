@@ -585,6 +585,23 @@ REFCG_INLINE int64_t refcg_bin_chunks(const refcg_bin_job* j, int64_t rows) {
   return rows * ((j->shape[j->ndim - 1] + REFCG_BIN_CHUNK - 1) / REFCG_BIN_CHUNK);
 }
 
+/* ---- qnn.requantize of an 8-bit tensor per tensor (refcg_requantize_params): rows of channels *
+ * inner elements, contiguous in the input, at out_outer_stride in the output (the slab of a
+ * concatenation), in chunks of REFCG_BIN_CHUNK elements (task t: row t / chunks) ---- */
+typedef struct {
+  const refcg_requantize_params* p;
+  const uint8_t* in;
+  uint8_t* out;
+  int64_t n, chunks; /* elements per row, chunks per row */
+} refcg_rq_job;
+
+/* Task t's elements [*i0, *i1) of its row; returns the row. */
+REFCG_INLINE int64_t refcg_rq_chunk(const refcg_rq_job* j, int64_t t, int64_t* i0, int64_t* i1) {
+  *i0 = t % j->chunks * REFCG_BIN_CHUNK;
+  *i1 = *i0 + REFCG_BIN_CHUNK < j->n ? *i0 + REFCG_BIN_CHUNK : j->n;
+  return t / j->chunks;
+}
+
 /* Chunks [t0, t1): offsets of the first row from its index, then an odometer. */
 REFCG_INLINE void refcg_bin_rows(const refcg_bin_job* j, const void* k, int64_t t0, int64_t t1, refcg_bin_row_fn row) {
   const int32_t nd = j->ndim;
@@ -738,6 +755,7 @@ typedef struct {
   refcg_range_fn binary_rows;  /* qnn.add/subtract/mul rows, refcg_bin_job (NULL: the reference) */
   refcg_range_fn pool_planes;  /* max/avg pool on planar layouts, refcg_pool_job (NULL: the reference) */
   refcg_range_fn quantize;     /* qnn.quantize chunks, refcg_quant_job (NULL: the reference) */
+  refcg_range_fn requantize;   /* qnn.requantize chunks of 8-bit rows, refcg_rq_job (NULL: the reference) */
 } refcg_isa_config;
 
 /* Hidden here, at their first declaration (C++ ignores the attribute on the definitions). */

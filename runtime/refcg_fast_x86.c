@@ -826,6 +826,39 @@ static void refcg_bin_avx2(const void* ctx, int64_t r0, int64_t r1) {
   refcg_bin_rows(j, s.pre ? &s : &k, r0, r1, refcg_bin_row_avx2);
 }
 
+/* ---- qnn.requantize of 8-bit rows (refcg_rq_job): 8 elements per step under the plan ---- */
+REFCG_INLINE void refcg_rq_run_avx2(const refcg_requant* rq, const refcg_rqv_avx2* r, __m256i count, const uint8_t* in,
+                                    int32_t dtype, uint8_t* out, int64_t n, const int plan, const int pre) {
+  for (int64_t i = 0; i < n; i += 8) {
+    __m256i x = refcg_bin_load_avx2(in + i, 1, dtype, n - i);
+    if (pre) x = _mm256_sllv_epi32(x, count);
+    refcg_store_bytes_avx2(out + i, refcg_rq_planned_avx2(rq, x, r, plan), n - i);
+  }
+}
+
+static void refcg_requantize_avx2(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_rq_job* j = (const refcg_rq_job*)ctx;
+  const refcg_requantize_params* p = j->p;
+  refcg_requant rq = p->rq;
+  refcg_rqv_avx2 r = refcg_rqv_load_avx2(&rq, 0, 8, 0);
+  const int plan = refcg_rq_plan_avx2(&rq, &r);
+  const __m256i count = refcg_bin_preshift_avx2(&rq, &r); /* 8-bit input: as a binary operand */
+  const int pre = plan != refcg_rq_plan_avx2(&rq, &r);
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t i0, i1;
+    const int64_t row = refcg_rq_chunk(j, t, &i0, &i1);
+    const uint8_t* in = j->in + row * j->n + i0;
+    uint8_t* out = j->out + row * p->out_outer_stride + p->out_offset + i0;
+    if (pre) {
+      refcg_rq_run_avx2(&rq, &r, count, in, p->in_dtype, out, i1 - i0, REFCG_PLAN_I64_UP, 1);
+      continue;
+    }
+#define REFCG_RQ_RUN_AVX2(q) refcg_rq_run_avx2(&rq, &r, count, in, p->in_dtype, out, i1 - i0, q, 0)
+    REFCG_WITH_PLAN(plan, REFCG_RQ_RUN_AVX2);
+#undef REFCG_RQ_RUN_AVX2
+  }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -1665,6 +1698,39 @@ static void refcg_bin_avx512(const void* ctx, int64_t r0, int64_t r1) {
   refcg_bin_rows(j, &k, r0, r1, refcg_bin_row_avx512);
 }
 
+/* ---- qnn.requantize of 8-bit rows (refcg_rq_job): 16 elements per step under the plan ---- */
+REFCG_INLINE void refcg_rq_run_avx512(const refcg_rqv_avx512* r, __m512i count, const uint8_t* in, int32_t dtype,
+                                      uint8_t* out, int64_t n, const int plan, const int pre) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+    __m512i x = refcg_bin_load_avx512(in + i, 1, dtype, mask);
+    if (pre) x = _mm512_sllv_epi32(x, count);
+    refcg_store16_bytes_avx512(out + i, mask, _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(r, x, plan), r->hi), r->lo));
+  }
+}
+
+static void refcg_requantize_avx512(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_rq_job* j = (const refcg_rq_job*)ctx;
+  const refcg_requantize_params* p = j->p;
+  refcg_rqv_avx512 r = refcg_rqv_load_avx512(&p->rq, 0, 0, 0);
+  const int plan = refcg_rq_plan_avx512(&r);
+  const __m512i count = refcg_bin_preshift_avx512(&p->rq, &r); /* 8-bit input: as a binary operand */
+  const int pre = plan != refcg_rq_plan_avx512(&r);
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t i0, i1;
+    const int64_t row = refcg_rq_chunk(j, t, &i0, &i1);
+    const uint8_t* in = j->in + row * j->n + i0;
+    uint8_t* out = j->out + row * p->out_outer_stride + p->out_offset + i0;
+    if (pre) {
+      refcg_rq_run_avx512(&r, count, in, p->in_dtype, out, i1 - i0, REFCG_PLAN_I64_UP, 1);
+      continue;
+    }
+#define REFCG_RQ_RUN_AVX512(q) refcg_rq_run_avx512(&r, count, in, p->in_dtype, out, i1 - i0, q, 0)
+    REFCG_WITH_PLAN(plan, REFCG_RQ_RUN_AVX512);
+#undef REFCG_RQ_RUN_AVX512
+  }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -1690,6 +1756,7 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .binary_rows = refcg_bin_avx512,
     .pool_planes = refcg_pool_avx512,
     .quantize = refcg_quant_avx2,
+    .requantize = refcg_requantize_avx512,
 };
 
 const refcg_isa_config refcg_isa_avxvnni = {
@@ -1702,6 +1769,7 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .binary_rows = refcg_bin_avx2,
     .pool_planes = refcg_pool_avx2,
     .quantize = refcg_quant_avx2,
+    .requantize = refcg_requantize_avx2,
 };
 
 const refcg_isa_config refcg_isa_avx2 = {
@@ -1714,6 +1782,7 @@ const refcg_isa_config refcg_isa_avx2 = {
     .binary_rows = refcg_bin_avx2,
     .pool_planes = refcg_pool_avx2,
     .quantize = refcg_quant_avx2,
+    .requantize = refcg_requantize_avx2,
 };
 
 #endif /* REFCG_HAVE_X86 */

@@ -277,6 +277,46 @@ def test_binary_variants_bit_exact(core, isa, shapes, op):
         assert np.array_equal(run_binary(core, op, x, y, "int8", same, same_b, zps, out_range, False), want), isa
 
 
+def run_requantize(core, x, out_dtype, rq, out_channels, offset, reference):
+    """refcg_requantize (or _ref) of x viewed as [outer][channels][inner] into channels [offset, offset +
+    channels) of an output with out_channels along axis 1 (a concatenation's slab); the rest keeps 77."""
+    outer, channels, inner = x.shape
+    p = core.ffi.new("refcg_requantize_params*")
+    p.outer, p.channels, p.inner = outer, channels, inner
+    p.out_outer_stride, p.out_offset = out_channels * inner, offset * inner
+    p.in_dtype, p.out_dtype = DTYPE_CODE[str(x.dtype)], DTYPE_CODE[out_dtype]
+    p.rq = core.requant(rq)[0]
+    out = np.full((outer, out_channels, inner), 77, out_dtype)
+    fn = core.lib.refcg_requantize_ref if reference else core.lib.refcg_requantize
+    assert fn(p, core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
+    return out
+
+
+# [outer][channels][inner], output channels, offset: an NHWC concatenation slab (inner 1, short rows),
+# NCHW slabs (a row tail of 37; rows past a 4096-element chunk), the whole output (one merged row)
+REQUANTIZE_SHAPES = [((49, 24, 1), 40, 16), ((2, 3, 37), 5, 1), ((1, 2, 4500), 3, 0), ((7, 33, 5), 33, 0)]
+
+
+@pytest.mark.parametrize("shape, out_channels, offset", REQUANTIZE_SHAPES, ids=lambda v: str(v))
+def test_requantize_variants_bit_exact(core, isa, shape, out_channels, offset):
+    """qnn.requantize / a concatenation's part on full-range 8-bit data, every mode, scales shifting
+    right (0.3) and left first (0.7, 1.7, 2^20: refcg_bin_preshift), int8 and uint8 both sides, a clip:
+    every variant against the reference, the output outside the slab untouched."""
+    rng = np.random.default_rng(zlib.crc32(repr(shape).encode()))
+    checked = 0
+    for (rounding, compute), scale, (in_dt, out_dt) in itertools.product(
+            MODES, (0.3, 0.7, 1.7, 2.0**20), (("int8", "uint8"), ("uint8", "int8"), ("uint8", "uint8"))):
+        x = full_range(rng, shape, in_dt)
+        clip = (-100.0, 90.0) if out_dt == "int8" else None
+        rq = make_requantize(np.float32(scale), np.float32(1.0), -3 if in_dt == "int8" else 131, 7, out_dt, rounding,
+                             compute, clip)
+        ref = run_requantize(core, x, out_dt, rq, out_channels, offset, reference=True)
+        got = run_requantize(core, x, out_dt, rq, out_channels, offset, reference=False)
+        assert np.array_equal(got, ref), f"{isa} mode {rq.mode} scale {scale} {in_dt}->{out_dt}"
+        checked += scale < 1 and len(np.unique(ref[:, offset:offset + shape[1]])) > 8
+    assert checked >= len(MODES)  # the requantize does not collapse everything
+
+
 def numpy_pool_nchw(x, kernel, stride, pad, dilation, out_hw, is_avg, include_pad):
     """topi's pool on NCHW: max over the taps inside the input, or the int32 sum / count truncated."""
     n, c, h, w = x.shape

@@ -1,5 +1,5 @@
 """refcg.requantize: qnn.requantize (+clip) on its own, per tensor or along any axis; each part is one
-refcg_requantize_ref call (concatenate.py writes its inputs' parts with it)."""
+refcg_requantize call (concatenate.py writes its inputs' parts with it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,7 +32,7 @@ def part(src: Buffer, axis: int, out_channels: int, offset: int, dst: Buffer, rq
 
 def step(name: str, parts: list[dict], dst: Buffer) -> Step:
     """Parts write disjoint slabs of the output, one call each."""
-    calls = [Call("refcg_requantize_ref", [f"p{i}_params"], [p["input"]], dst) for i, p in enumerate(parts)]
+    calls = [Call("refcg_requantize", [f"p{i}_params"], [p["input"]], dst) for i, p in enumerate(parts)]
     return Step(name, NAME, [p["input"] for p in parts], dst, {"parts": parts}, calls)
 
 
