@@ -39,7 +39,7 @@ static const refcg_isa_config refcg_isa_scalar = {
     .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL},
     .dw = {.rows = refcg_dw_portable, .planes = NULL, .pairs = 0, .qmax = 0},
     .binary_rows = NULL,
-    .pool_planes = NULL,
+    .pool = NULL,
     .quantize = NULL,
     .requantize = NULL,
 };
@@ -596,70 +596,30 @@ REFCG_API int refcg_reduce(const refcg_reduce_params* p, const void* input, void
   return 0;
 }
 
-/* Max pooling with channels contiguous (NHWC, or the channels-last layout the planner keeps NCHW
- * networks in): per output pixel, a running byte max over the valid taps, channels in the vector
- * lanes. Bytes are compared in the unsigned domain (int8 XOR 0x80), where the padding minimum is 0. */
-typedef struct {
-  const refcg_pool2d_params* p;
-  const uint8_t* in;
-  uint8_t* out;
-  uint8_t flip;
-} refcg_maxpool_job;
-
-static void refcg_maxpool_rows(const void* ctx, int64_t r0, int64_t r1) {
-  const refcg_maxpool_job* j = (const refcg_maxpool_job*)ctx;
-  const refcg_pool2d_params* p = j->p;
-  const int64_t c = p->channels;
-  const uint8_t flip = j->flip;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int32_t n = (int32_t)(r / p->out_h), oh = (int32_t)(r % p->out_h);
-    for (int32_t ow = 0; ow < p->out_w; ++ow) {
-      uint8_t* __restrict o = j->out + n * p->out_stride[0] + oh * p->out_stride[1] + ow * p->out_stride[2];
-      memset(o, 0, (size_t)c);
-      for (int32_t kh = 0; kh < p->kernel_h; ++kh) {
-        const int32_t ih = oh * p->stride_h - p->pad_top + kh * p->dilation_h;
-        if (ih < 0 || ih >= p->in_h) continue;
-        for (int32_t kw = 0; kw < p->kernel_w; ++kw) {
-          const int32_t iw = ow * p->stride_w - p->pad_left + kw * p->dilation_w;
-          if (iw < 0 || iw >= p->in_w) continue;
-          const uint8_t* __restrict x = j->in + n * p->in_stride[0] + ih * p->in_stride[1] + iw * p->in_stride[2];
-          for (int64_t i = 0; i < c; ++i) {
-            const uint8_t v = (uint8_t)(x[i] ^ flip);
-            o[i] = v > o[i] ? v : o[i];
-          }
-        }
-      }
-      for (int64_t i = 0; i < c; ++i) o[i] ^= flip;
-    }
-  }
-}
-
 REFCG_API int refcg_pool2d(const refcg_pool2d_params* p, const void* input, void* output) {
   const refcg_isa_config* isa = refcg_isa_current();
-  if (isa != &refcg_isa_scalar && !p->is_avg && refcg_is_8bit(p->in_dtype) && p->out_dtype == p->in_dtype &&
-      p->in_stride[3] == 1 && p->out_stride[3] == 1 && p->stride_h > 0 && p->stride_w > 0 && p->dilation_h > 0 &&
-      p->dilation_w > 0) {
-    const refcg_maxpool_job j = {p, (const uint8_t*)input, (uint8_t*)output,
-                                  (uint8_t)(p->in_dtype == REFCG_S8 ? 0x80 : 0)};
-    refcg_parallel(refcg_maxpool_rows, &j, (int64_t)p->batch * p->out_h);
-    return 0;
-  }
-  if (!isa->pool_planes || p->stride_h <= 0 || p->stride_w <= 0 || p->dilation_h <= 0 || p->dilation_w <= 0)
-    return refcg_pool2d_ref(p, input, output);
-  const int32_t phase_w = p->out_w + (p->kernel_w - 1) * p->dilation_w / p->stride_w + 1;
-  const int64_t reach = (int64_t)p->stride_w * phase_w, pitch = reach > p->pad_left + p->in_w ? reach : p->pad_left + p->in_w;
   const int out_ok = p->out_dtype == p->in_dtype || (p->is_avg && p->out_dtype == REFCG_S32);
-  if (!refcg_is_8bit(p->in_dtype) || !out_ok || p->in_stride[2] != 1 || p->out_stride[2] != 1 ||
-      p->out_w > REFCG_POOL_MAX_W || pitch > REFCG_DWP_ROW || (int64_t)p->kernel_h * p->kernel_w > 65536)
+  if (!isa->pool || !refcg_is_8bit(p->in_dtype) || !out_ok || p->stride_h <= 0 || p->stride_w <= 0 ||
+      p->dilation_h <= 0 || p->dilation_w <= 0 || (int64_t)p->kernel_h * p->kernel_w > 65536)
     return refcg_pool2d_ref(p, input, output);
   refcg_pool_job j;
+  memset(&j, 0, sizeof(j));
   j.p = p;
   j.in = (const uint8_t*)input;
   j.out = output;
+  j.flip = p->in_dtype == REFCG_S8 ? 0x80 : 0;
+  if (p->in_stride[3] == 1) { /* channels last in (the layout networks are planned in) */
+    j.nhwc = 1;
+    refcg_parallel(isa->pool, &j, (int64_t)p->batch * p->out_h);
+    return 0;
+  }
+  const int32_t phase_w = p->out_w + (p->kernel_w - 1) * p->dilation_w / p->stride_w + 1;
+  const int64_t reach = (int64_t)p->stride_w * phase_w, pitch = reach > p->pad_left + p->in_w ? reach : p->pad_left + p->in_w;
+  if (p->in_stride[2] != 1 || p->out_stride[2] != 1 || p->out_w > REFCG_POOL_MAX_W || pitch > REFCG_DWP_ROW)
+    return refcg_pool2d_ref(p, input, output);
   j.pitch = (int32_t)pitch;
   j.phase_w = phase_w;
-  j.flip = p->in_dtype == REFCG_S8 ? 0x80 : 0;
   j.pad = p->is_avg ? j.flip : 0; /* avg: the value 0; max: the dtype minimum */
-  refcg_parallel(isa->pool_planes, &j, (int64_t)p->batch * p->channels);
+  refcg_parallel(isa->pool, &j, (int64_t)p->batch * p->channels);
   return 0;
 }

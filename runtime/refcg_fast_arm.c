@@ -135,7 +135,7 @@ static void refcg_dwp_neon(const void* ctx, int64_t c0, int64_t c1) {
 }
 
 static void refcg_pool_neon(const void* ctx, int64_t q0, int64_t q1) {
-  refcg_pool_planes((const refcg_pool_job*)ctx, q0, q1); /* GCC vectorizes it with NEON */
+  refcg_pool_run((const refcg_pool_job*)ctx, q0, q1); /* GCC vectorizes it with NEON */
 }
 
 #pragma GCC push_options
@@ -198,7 +198,7 @@ const refcg_isa_config refcg_isa_dotprod = {
     .gemm = {.mr = 4, .nv = 1, .tiles = refcg_tiles_dotprod, .planes = NULL},
     .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_dotprod, .pairs = 0, .qmax = 4},
     .binary_rows = NULL,
-    .pool_planes = refcg_pool_neon,
+    .pool = refcg_pool_neon,
     .quantize = NULL,
     .requantize = NULL,
 };
@@ -211,7 +211,7 @@ const refcg_isa_config refcg_isa_neon = {
     .gemm = {.mr = 2, .nv = 1, .tiles = refcg_tiles_neon, .planes = NULL},
     .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_neon, .pairs = 0, .qmax = 4},
     .binary_rows = NULL,
-    .pool_planes = refcg_pool_neon,
+    .pool = refcg_pool_neon,
     .quantize = NULL,
     .requantize = NULL,
 };

@@ -640,8 +640,9 @@ typedef struct {
   const refcg_pool2d_params* p;
   const uint8_t* in;
   void* out;
-  int32_t pitch, phase_w;  /* padded row bytes, bytes per stride phase */
+  int32_t pitch, phase_w;  /* planes: padded row bytes, bytes per stride phase */
   uint8_t flip, pad;       /* pad: dtype minimum (max pool) or 0 (avg) in the domain */
+  int32_t nhwc;            /* channels last in and out: tasks are output rows, not planes */
 } refcg_pool_job;
 
 /* Taps of kernel extent k at output position o inside [lo, hi) of the input axis (start - pad). */
@@ -711,6 +712,87 @@ REFCG_INLINE void refcg_pool_planes(const refcg_pool_job* j, int64_t q0, int64_t
   }
 }
 
+/* Max / avg pool of a channels-last input (channel stride 1), output rows [r0, r1) of n * out_h + oh:
+ * per pixel the valid taps' channel runs combined, REFCG_POOL_CB channels at a time in loops the
+ * section's ISA vectorizes: a max of bytes in the unsigned domain (int8 XOR 0x80, where the dtype
+ * minimum is 0), or int32 sums divided as refcg_pool_planes divides them. The output is stored at its
+ * channel stride (1: channels last; else the planes of a layout change). */
+#define REFCG_POOL_CB 256
+REFCG_INLINE void refcg_pool_nhwc(const refcg_pool_job* j, int64_t r0, int64_t r1) {
+  const refcg_pool2d_params* p = j->p;
+  const int32_t avg = p->is_avg, s8 = p->in_dtype == REFCG_S8, incl = avg && p->count_include_pad;
+  const int32_t lo_h = incl ? -p->pad_top : 0, hi_h = incl ? p->in_h + p->pad_bottom : p->in_h;
+  const int32_t lo_w = incl ? -p->pad_left : 0, hi_w = incl ? p->in_w + p->pad_right : p->in_w;
+  const uint8_t flip = j->flip;
+  int32_t acc[REFCG_POOL_CB];
+  uint8_t top[REFCG_POOL_CB];
+  for (int64_t r = r0; r < r1; ++r) {
+    const int32_t n = (int32_t)(r / p->out_h), oh = (int32_t)(r % p->out_h);
+    const uint8_t* in = j->in + n * p->in_stride[0];
+    const int32_t rows = refcg_pool_count(oh, p->stride_h, p->pad_top, p->kernel_h, p->dilation_h, lo_h, hi_h);
+    for (int32_t ow = 0; ow < p->out_w; ++ow) {
+      const int64_t o = n * p->out_stride[0] + oh * p->out_stride[1] + ow * p->out_stride[2];
+      const float count = (float)(rows * refcg_pool_count(ow, p->stride_w, p->pad_left, p->kernel_w, p->dilation_w, lo_w, hi_w));
+      const int64_t os = p->out_stride[3];
+      for (int64_t c0 = 0; c0 < p->channels; c0 += REFCG_POOL_CB) {
+        const int32_t nc = (int32_t)(p->channels - c0 < REFCG_POOL_CB ? p->channels - c0 : REFCG_POOL_CB);
+        if (avg)
+          for (int32_t c = 0; c < nc; ++c) acc[c] = 0;
+        else
+          for (int32_t c = 0; c < nc; ++c) top[c] = 0;
+        for (int32_t kh = 0; kh < p->kernel_h; ++kh) {
+          const int32_t ih = oh * p->stride_h - p->pad_top + kh * p->dilation_h;
+          if (ih < 0 || ih >= p->in_h) continue;
+          for (int32_t kw = 0; kw < p->kernel_w; ++kw) {
+            const int32_t iw = ow * p->stride_w - p->pad_left + kw * p->dilation_w;
+            if (iw < 0 || iw >= p->in_w) continue;
+            const uint8_t* __restrict x = in + ih * p->in_stride[1] + iw * p->in_stride[2] + c0;
+            if (!avg) {
+              for (int32_t c = 0; c < nc; ++c) {
+                const uint8_t v = (uint8_t)(x[c] ^ flip);
+                top[c] = v > top[c] ? v : top[c];
+              }
+            } else if (s8) {
+              for (int32_t c = 0; c < nc; ++c) acc[c] += (int8_t)x[c];
+            } else {
+              for (int32_t c = 0; c < nc; ++c) acc[c] += x[c];
+            }
+          }
+        }
+        if (!avg && os == 1) { /* bytes to bytes */
+          uint8_t* __restrict d = (uint8_t*)j->out + o + c0;
+          for (int32_t c = 0; c < nc; ++c) d[c] = (uint8_t)(top[c] ^ flip);
+          continue;
+        }
+        if (!avg) {
+          for (int32_t c = 0; c < nc; ++c) acc[c] = top[c] ^ flip;
+        } else {
+          const float div = count > 0.0f ? count : 1.0f; /* |sum| < 2^24: the float32 division truncates exactly */
+          for (int32_t c = 0; c < nc; ++c) acc[c] = (int32_t)((float)acc[c] / div);
+        }
+        if (p->out_dtype == REFCG_S32) {
+          int32_t* __restrict d = (int32_t*)j->out + o + c0 * os;
+          for (int32_t c = 0; c < nc; ++c) d[c * os] = acc[c];
+        } else if (os == 1) { /* max pool bytes and averages of bytes fit the dtype: the low byte */
+          uint8_t* __restrict d = (uint8_t*)j->out + o + c0;
+          for (int32_t c = 0; c < nc; ++c) d[c] = (uint8_t)acc[c];
+        } else {
+          uint8_t* __restrict d = (uint8_t*)j->out + o + c0 * os;
+          for (int32_t c = 0; c < nc; ++c) d[c * os] = (uint8_t)acc[c];
+        }
+      }
+    }
+  }
+}
+
+/* A pool job's tasks [q0, q1): planes, or rows channels last. */
+REFCG_INLINE void refcg_pool_run(const refcg_pool_job* j, int64_t q0, int64_t q1) {
+  if (j->nhwc)
+    refcg_pool_nhwc(j, q0, q1);
+  else
+    refcg_pool_planes(j, q0, q1);
+}
+
 /* ---- qnn.quantize: rows of [outer * channels][inner] in chunks (what the threads share) ---- */
 #define REFCG_QUANT_CHUNK 4096
 typedef struct {
@@ -753,7 +835,7 @@ typedef struct {
   refcg_gemm_config gemm;
   refcg_dw_config dw;
   refcg_range_fn binary_rows;  /* qnn.add/subtract/mul rows, refcg_bin_job (NULL: the reference) */
-  refcg_range_fn pool_planes;  /* max/avg pool on planar layouts, refcg_pool_job (NULL: the reference) */
+  refcg_range_fn pool;         /* max/avg pool, refcg_pool_run's tasks (NULL: the reference) */
   refcg_range_fn quantize;     /* qnn.quantize chunks, refcg_quant_job (NULL: the reference) */
   refcg_range_fn requantize;   /* qnn.requantize chunks of 8-bit rows, refcg_rq_job (NULL: the reference) */
 } refcg_isa_config;

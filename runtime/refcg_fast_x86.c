@@ -794,7 +794,7 @@ static void refcg_quant_avx2(const void* ctx, int64_t t0, int64_t t1) {
 }
 
 static void refcg_pool_avx2(const void* ctx, int64_t q0, int64_t q1) {
-  refcg_pool_planes((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
+  refcg_pool_run((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
 }
 
 /* refcg_bin_preshift on rq and r (see refcg_bin_preshift_avx512); the shift count in every lane. */
@@ -1659,7 +1659,7 @@ REFCG_INLINE void refcg_bin_row_avx512(const refcg_bin_job* j, const void* ctx, 
 }
 
 static void refcg_pool_avx512(const void* ctx, int64_t q0, int64_t q1) {
-  refcg_pool_planes((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
+  refcg_pool_run((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
 }
 
 /* refcg_bin_preshift on r: the right-shift plan with the zero point shifted as the operand will be;
@@ -1754,7 +1754,7 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .gemm = {.mr = REFCG_X512_MR, .nv = REFCG_X512_NV, .tiles = refcg_tiles_avx512vnni, .planes = refcg_gemmp_avx512},
     .dw = {.rows = refcg_dw_avx512, .planes = refcg_dwp_avx512, .pairs = 0, .qmax = 4},
     .binary_rows = refcg_bin_avx512,
-    .pool_planes = refcg_pool_avx512,
+    .pool = refcg_pool_avx512,
     .quantize = refcg_quant_avx2,
     .requantize = refcg_requantize_avx512,
 };
@@ -1767,7 +1767,7 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .gemm = {.mr = 6, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL},
     .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avxvnni, .pairs = 1, .qmax = 4},
     .binary_rows = refcg_bin_avx2,
-    .pool_planes = refcg_pool_avx2,
+    .pool = refcg_pool_avx2,
     .quantize = refcg_quant_avx2,
     .requantize = refcg_requantize_avx2,
 };
@@ -1780,7 +1780,7 @@ const refcg_isa_config refcg_isa_avx2 = {
     .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avx2, .planes = NULL},
     .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avx2, .pairs = 1, .qmax = 2},
     .binary_rows = refcg_bin_avx2,
-    .pool_planes = refcg_pool_avx2,
+    .pool = refcg_pool_avx2,
     .quantize = refcg_quant_avx2,
     .requantize = refcg_requantize_avx2,
 };

@@ -345,13 +345,17 @@ POOL_SHAPES = [
     (3, (9, 20), (2, 3), (1, 3), (0, 2, 1, 2), (2, 1), None),
     (4, (10, 11), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), (5, 5)),  # ceil mode: taps past the padding
     (6, (7, 7), (7, 7), (1, 1), (0, 0, 0, 0), (1, 1), None),  # global
+    (300, (5, 6), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), None),  # channels past a 256-channel block
 ]
 
 
 @pytest.mark.parametrize("shape", POOL_SHAPES, ids=lambda s: f"c{s[0]}w{s[1][1]}k{s[2][1]}s{s[3][1]}")
 @pytest.mark.parametrize("kind", ["max", "avg", "avg_pad", "avg_int32"])
 @pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
-def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype):
+@pytest.mark.parametrize("layouts", ["NCHW", "NHWC", "NHWC>NCHW"])
+def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype, layouts):
+    """Every pool kind and variant against numpy: planes (NCHW), channels last (NHWC) and a
+    channels-last input written as planes (the layout planner's change at a partition's end)."""
     c, (h, w), kernel, stride, pad, dilation, out_hw = shape
     if out_hw is None:
         out_hw = tuple((size + pad[i] + pad[i + 2] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
@@ -368,13 +372,18 @@ def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype):
                   out_dtype=DTYPE_CODE[out_dtype])
     for key, value in values.items():
         setattr(p, key, value)
-    p.in_stride = [c * h * w, w, 1, h * w]
-    p.out_stride = [c * out_hw[0] * out_hw[1], out_hw[1], 1, out_hw[0] * out_hw[1]]
+    in_layout, out_layout = (layouts + ">" + layouts).split(">")[:2]
+    planar = lambda hw: [c * hw[0] * hw[1], hw[1], 1, hw[0] * hw[1]]  # strides of n, h, w, c
+    last = lambda hw: [c * hw[0] * hw[1], hw[1] * c, c, 1]
+    p.in_stride = planar((h, w)) if in_layout == "NCHW" else last((h, w))
+    p.out_stride = planar(out_hw) if out_layout == "NCHW" else last(out_hw)
+    x_in = x if in_layout == "NCHW" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     want = numpy_pool_nchw(x, kernel, stride, pad, dilation, out_hw, is_avg, include_pad)
     for name, fn in [("reference", core.lib.refcg_pool2d_ref), (isa, core.lib.refcg_pool2d)]:
-        out = np.full((2, c, *out_hw), 99, out_dtype)
-        assert fn(p, core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
-        assert np.array_equal(out, want), f"{name}: {np.abs(out - want).max()}"
+        out = np.full((2, c, *out_hw) if out_layout == "NCHW" else (2, *out_hw, c), 99, out_dtype)
+        assert fn(p, core.ffi.from_buffer(x_in), core.ffi.from_buffer(out)) == 0
+        got = out if out_layout == "NCHW" else out.transpose(0, 3, 1, 2)
+        assert np.array_equal(got, want), f"{name}: {np.abs(got - want).max()}"
 
 
 # outer, reduce, inner, input dtype, output dtype, mean: a global average pool of NHWC and of NCHW

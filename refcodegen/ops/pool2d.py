@@ -74,9 +74,9 @@ class Pool2D:
         return str(self.pool.attrs.layout)
 
     def layout_ok(self, src_perms, dst_perm) -> bool:
-        """Any layout through strides; the fast kernels: max pools with channels contiguous, average
-        pools only on planes (NCHW), so an average pool keeps the logical layout."""
-        return op_name(self.pool) == "nn.max_pool2d" or (src_perms[0] is None and dst_perm is None)
+        """Any layout through strides; the fast kernels read channels last (the output in any layout) or
+        planes (logical in and out)."""
+        return src_perms[0] is not None or dst_perm is None
 
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
         attrs, src = self.pool.attrs, srcs[0]
