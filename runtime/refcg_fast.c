@@ -42,6 +42,7 @@ static const refcg_isa_config refcg_isa_scalar = {
     .pool = NULL,
     .quantize = NULL,
     .requantize = NULL,
+    .lut = NULL,
 };
 
 static const refcg_isa_config* const refcg_isa_table[] = {
@@ -518,6 +519,14 @@ REFCG_API int refcg_requantize(const refcg_requantize_params* p, const void* inp
   }
   j.chunks = (j.n + REFCG_BIN_CHUNK - 1) / REFCG_BIN_CHUNK;
   refcg_parallel(isa->requantize, &j, rows * j.chunks);
+  return 0;
+}
+
+REFCG_API int refcg_lut(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output) {
+  const refcg_isa_config* isa = refcg_isa_current();
+  if (!isa->lut || p->size < 1) return refcg_lut_ref(p, table, input, output);
+  const refcg_lut_job j = {table, (const uint8_t*)input, (uint8_t*)output, p->size};
+  refcg_parallel(isa->lut, &j, (p->size + REFCG_BIN_CHUNK - 1) / REFCG_BIN_CHUNK);
   return 0;
 }
 

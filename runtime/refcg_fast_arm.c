@@ -201,6 +201,7 @@ const refcg_isa_config refcg_isa_dotprod = {
     .pool = refcg_pool_neon,
     .quantize = NULL,
     .requantize = NULL,
+    .lut = NULL,
 };
 
 const refcg_isa_config refcg_isa_neon = {
@@ -214,6 +215,7 @@ const refcg_isa_config refcg_isa_neon = {
     .pool = refcg_pool_neon,
     .quantize = NULL,
     .requantize = NULL,
+    .lut = NULL,
 };
 
 #endif /* REFCG_HAVE_ARM */

@@ -595,6 +595,14 @@ typedef struct {
   int64_t n, chunks; /* elements per row, chunks per row */
 } refcg_rq_job;
 
+/* ---- 256-entry table lookups (refcg_lut_params): chunks of REFCG_BIN_CHUNK bytes ---- */
+typedef struct {
+  const uint8_t* table;
+  const uint8_t* in;
+  uint8_t* out;
+  int64_t size;
+} refcg_lut_job;
+
 /* Task t's elements [*i0, *i1) of its row; returns the row. */
 REFCG_INLINE int64_t refcg_rq_chunk(const refcg_rq_job* j, int64_t t, int64_t* i0, int64_t* i1) {
   *i0 = t % j->chunks * REFCG_BIN_CHUNK;
@@ -838,6 +846,7 @@ typedef struct {
   refcg_range_fn pool;         /* max/avg pool, refcg_pool_run's tasks (NULL: the reference) */
   refcg_range_fn quantize;     /* qnn.quantize chunks, refcg_quant_job (NULL: the reference) */
   refcg_range_fn requantize;   /* qnn.requantize chunks of 8-bit rows, refcg_rq_job (NULL: the reference) */
+  refcg_range_fn lut;          /* table lookups, refcg_lut_job chunks (NULL: the reference) */
 } refcg_isa_config;
 
 /* Hidden here, at their first declaration (C++ ignores the attribute on the definitions). */

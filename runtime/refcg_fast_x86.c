@@ -721,8 +721,8 @@ REFCG_INLINE __m256i refcg_bin_load_avx2(const uint8_t* x, int64_t stride, int32
   return dtype == REFCG_S8 ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
 }
 
-/* n elements with both operands' requantize under plan (a constant; REFCG_PLAN_ANY for mul), the
- * operands shifted first where pre. */
+/* n elements under plan (a constant): mul's product requantized once, or add / subtract of both
+ * operands requantized (shifted first where pre). */
 REFCG_INLINE void refcg_bin_run_avx2(const refcg_bin_job* j, const refcg_binc_avx2* k, int64_t ia, int64_t ib, int64_t io,
                                      int64_t n, const int plan, const int pre) {
   const refcg_binary_params* p = j->p;
@@ -739,7 +739,7 @@ REFCG_INLINE void refcg_bin_run_avx2(const refcg_bin_job* j, const refcg_binc_av
     }
     __m256i v;
     if (op == REFCG_BIN_MUL) {
-      v = refcg_rq_apply_avx2(&k->qa, _mm256_mullo_epi32(_mm256_sub_epi32(x, azp), _mm256_sub_epi32(y, bzp)), &k->ra);
+      v = refcg_rq_planned_avx2(&k->qa, _mm256_mullo_epi32(_mm256_sub_epi32(x, azp), _mm256_sub_epi32(y, bzp)), &k->ra, plan);
     } else {
       const __m256i qa = refcg_rq_planned_avx2(&k->qa, x, &k->ra, plan), qb = refcg_rq_planned_avx2(&k->qb, y, &k->rb, plan);
       v = op == REFCG_BIN_ADD ? _mm256_sub_epi32(_mm256_add_epi32(qa, qb), ozp) : _mm256_add_epi32(_mm256_sub_epi32(qa, qb), ozp);
@@ -815,7 +815,8 @@ static void refcg_bin_avx2(const void* ctx, int64_t r0, int64_t r1) {
   k.rb = refcg_rqv_load_avx2(&p->rq_b, 0, 8, 0);
   k.qa = p->rq_a;
   k.qb = p->rq_b;
-  k.plan = p->op == REFCG_BIN_MUL ? REFCG_PLAN_ANY : REFCG_PLAN_MEET(refcg_rq_plan_avx2(&k.qa, &k.ra), refcg_rq_plan_avx2(&k.qb, &k.rb));
+  k.plan = p->op == REFCG_BIN_MUL ? refcg_rq_plan_avx2(&k.qa, &k.ra)
+                                  : REFCG_PLAN_MEET(refcg_rq_plan_avx2(&k.qa, &k.ra), refcg_rq_plan_avx2(&k.qb, &k.rb));
   /* add/subtract: an operand that shifts first, where both then take the int64 right-shift plan */
   refcg_binc_avx2 s = k;
   s.pa = refcg_bin_preshift_avx2(&s.qa, &s.ra);
@@ -1605,21 +1606,29 @@ REFCG_INLINE __m512i refcg_bin_load_avx512(const uint8_t* x, int64_t stride, int
   return dtype == REFCG_S8 ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
 }
 
-/* add / subtract of n elements with both operands' requantize under plan (a constant). */
-REFCG_INLINE void refcg_bin_addsub_avx512(const refcg_binc_avx512* k, const uint8_t* a, int64_t sa, int32_t adt,
-                                          const uint8_t* b, int64_t sb, int32_t bdt, uint8_t* out, int64_t n, int sub,
-                                          const int plan, const int pre) {
+/* n elements under plan (a constant): mul's product requantized once, or add / subtract of both
+ * operands requantized (shifted first where pre). */
+REFCG_INLINE void refcg_bin_planned_avx512(const refcg_binc_avx512* k, const uint8_t* a, int64_t sa, int32_t adt,
+                                           const uint8_t* b, int64_t sb, int32_t bdt, uint8_t* out, int64_t n, int32_t op,
+                                           const int plan, const int pre) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 mask = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
     __m512i x = refcg_bin_load_avx512(a + i * sa, sa, adt, mask), y = refcg_bin_load_avx512(b + i * sb, sb, bdt, mask);
-    if (pre) { /* the zero points were shifted with them (refcg_bin_avx512) */
-      x = _mm512_sllv_epi32(x, k->pa);
-      y = _mm512_sllv_epi32(y, k->pb);
+    __m512i v;
+    if (op == REFCG_BIN_MUL) { /* (x - a_zp) * (y - b_zp) wraps in int32, then one requantize that clamps */
+      v = _mm512_mullo_epi32(_mm512_sub_epi32(x, k->azp), _mm512_sub_epi32(y, k->bzp));
+      v = _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(&k->ra, v, plan), k->ra.hi), k->ra.lo);
+    } else {
+      if (pre) { /* the zero points were shifted with them (refcg_bin_avx512) */
+        x = _mm512_sllv_epi32(x, k->pa);
+        y = _mm512_sllv_epi32(y, k->pb);
+      }
+      const __m512i qa = _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(&k->ra, x, plan), k->ra.hi), k->ra.lo);
+      const __m512i qb = _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(&k->rb, y, plan), k->rb.hi), k->rb.lo);
+      v = op == REFCG_BIN_SUB ? _mm512_add_epi32(_mm512_sub_epi32(qa, qb), k->ozp) : _mm512_sub_epi32(_mm512_add_epi32(qa, qb), k->ozp);
+      v = _mm512_max_epi32(_mm512_min_epi32(v, k->hi), k->lo);
     }
-    const __m512i qa = _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(&k->ra, x, plan), k->ra.hi), k->ra.lo);
-    const __m512i qb = _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(&k->rb, y, plan), k->rb.hi), k->rb.lo);
-    const __m512i v = sub ? _mm512_add_epi32(_mm512_sub_epi32(qa, qb), k->ozp) : _mm512_sub_epi32(_mm512_add_epi32(qa, qb), k->ozp);
-    refcg_store16_bytes_avx512(out + i, mask, _mm512_max_epi32(_mm512_min_epi32(v, k->hi), k->lo));
+    refcg_store16_bytes_avx512(out + i, mask, v);
   }
 }
 
@@ -1632,30 +1641,13 @@ REFCG_INLINE void refcg_bin_row_avx512(const refcg_bin_job* j, const void* ctx, 
   const uint8_t* a = j->a + ia;
   const uint8_t* b = j->b + ib;
   uint8_t* out = j->out + io;
-  if (op != REFCG_BIN_MUL && k->pre) {
-    refcg_bin_addsub_avx512(k, a, sa, adt, b, sb, bdt, out, n, op != REFCG_BIN_ADD, REFCG_PLAN_I64_UP, 1);
+  if (k->pre) {
+    refcg_bin_planned_avx512(k, a, sa, adt, b, sb, bdt, out, n, op, REFCG_PLAN_I64_UP, 1);
     return;
   }
-  if (op != REFCG_BIN_MUL && k->plan != REFCG_PLAN_ANY) {
-#define REFCG_BIN_ADDSUB_AVX512(q) refcg_bin_addsub_avx512(k, a, sa, adt, b, sb, bdt, out, n, op != REFCG_BIN_ADD, q, 0)
-    REFCG_WITH_PLAN(k->plan, REFCG_BIN_ADDSUB_AVX512);
-#undef REFCG_BIN_ADDSUB_AVX512
-    return;
-  }
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 mask = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-    const __m512i x = refcg_bin_load_avx512(a + i * sa, sa, adt, mask), y = refcg_bin_load_avx512(b + i * sb, sb, bdt, mask);
-    __m512i v;
-    if (op == REFCG_BIN_MUL) { /* (x - a_zp) * (y - b_zp) wraps in int32, then one requantize that clamps */
-      v = refcg_rq_apply_avx512(&k->ra, _mm512_mullo_epi32(_mm512_sub_epi32(x, k->azp), _mm512_sub_epi32(y, k->bzp)));
-    } else {
-      const __m512i qa = refcg_rq_apply_avx512(&k->ra, x), qb = refcg_rq_apply_avx512(&k->rb, y);
-      v = op == REFCG_BIN_ADD ? _mm512_sub_epi32(_mm512_add_epi32(qa, qb), k->ozp)
-                              : _mm512_add_epi32(_mm512_sub_epi32(qa, qb), k->ozp);
-      v = _mm512_max_epi32(_mm512_min_epi32(v, k->hi), k->lo);
-    }
-    refcg_store16_bytes_avx512(out + i, mask, v);
-  }
+#define REFCG_BIN_PLANNED_AVX512(q) refcg_bin_planned_avx512(k, a, sa, adt, b, sb, bdt, out, n, op, q, 0)
+  REFCG_WITH_PLAN(k->plan, REFCG_BIN_PLANNED_AVX512);
+#undef REFCG_BIN_PLANNED_AVX512
 }
 
 static void refcg_pool_avx512(const void* ctx, int64_t q0, int64_t q1) {
@@ -1684,7 +1676,8 @@ static void refcg_bin_avx512(const void* ctx, int64_t r0, int64_t r1) {
   k.ozp = _mm512_set1_epi32(p->out_zp);
   k.lo = _mm512_set1_epi32(p->out_min);
   k.hi = _mm512_set1_epi32(p->out_max);
-  k.plan = REFCG_PLAN_MEET(refcg_rq_plan_avx512(&k.ra), refcg_rq_plan_avx512(&k.rb));
+  k.plan = p->op == REFCG_BIN_MUL ? refcg_rq_plan_avx512(&k.ra)
+                                  : REFCG_PLAN_MEET(refcg_rq_plan_avx512(&k.ra), refcg_rq_plan_avx512(&k.rb));
   /* add/subtract: an operand that shifts first, where both then take the int64 right-shift plan */
   refcg_rqv_avx512 ra = k.ra, rb = k.rb;
   k.pa = refcg_bin_preshift_avx512(&p->rq_a, &ra);
@@ -1696,6 +1689,32 @@ static void refcg_bin_avx512(const void* ctx, int64_t r0, int64_t r1) {
     k.rb = rb;
   }
   refcg_bin_rows(j, &k, r0, r1, refcg_bin_row_avx512);
+}
+
+/* ---- table lookups (refcg_lut_job): 64 bytes per step with AVX512-VBMI's two-table byte permute
+ * (vpermi2b; Ice Lake and Zen 4 on, not Skylake-X or Cascade Lake): the table's halves indexed by the
+ * low 7 bits, chosen by the top one; without VBMI, bytes one by one ---- */
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi"))) static void
+refcg_lut_vbmi(const refcg_lut_job* j, int64_t t0, int64_t t1) {
+  const __m512i q0 = _mm512_loadu_si512(j->table), q1 = _mm512_loadu_si512(j->table + 64);
+  const __m512i q2 = _mm512_loadu_si512(j->table + 128), q3 = _mm512_loadu_si512(j->table + 192);
+  const int64_t i1 = t1 * REFCG_BIN_CHUNK < j->size ? t1 * REFCG_BIN_CHUNK : j->size;
+  for (int64_t i = t0 * REFCG_BIN_CHUNK; i < i1; i += 64) {
+    const __mmask64 mask = i1 - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (i1 - i)) - 1);
+    const __m512i x = _mm512_maskz_loadu_epi8(mask, j->in + i);
+    const __m512i lo = _mm512_permutex2var_epi8(q0, x, q1), hi = _mm512_permutex2var_epi8(q2, x, q3);
+    _mm512_mask_storeu_epi8(j->out + i, mask, _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), lo, hi));
+  }
+}
+
+static void refcg_lut_avx512(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_lut_job* j = (const refcg_lut_job*)ctx;
+  if (__builtin_cpu_supports("avx512vbmi")) {
+    refcg_lut_vbmi(j, t0, t1);
+    return;
+  }
+  const int64_t i1 = t1 * REFCG_BIN_CHUNK < j->size ? t1 * REFCG_BIN_CHUNK : j->size;
+  for (int64_t i = t0 * REFCG_BIN_CHUNK; i < i1; ++i) j->out[i] = j->table[j->in[i]];
 }
 
 /* ---- qnn.requantize of 8-bit rows (refcg_rq_job): 16 elements per step under the plan ---- */
@@ -1757,6 +1776,7 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .pool = refcg_pool_avx512,
     .quantize = refcg_quant_avx2,
     .requantize = refcg_requantize_avx512,
+    .lut = refcg_lut_avx512,
 };
 
 const refcg_isa_config refcg_isa_avxvnni = {
@@ -1770,6 +1790,7 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .pool = refcg_pool_avx2,
     .quantize = refcg_quant_avx2,
     .requantize = refcg_requantize_avx2,
+    .lut = NULL,
 };
 
 const refcg_isa_config refcg_isa_avx2 = {
@@ -1783,6 +1804,7 @@ const refcg_isa_config refcg_isa_avx2 = {
     .pool = refcg_pool_avx2,
     .quantize = refcg_quant_avx2,
     .requantize = refcg_requantize_avx2,
+    .lut = NULL,
 };
 
 #endif /* REFCG_HAVE_X86 */

@@ -317,6 +317,22 @@ def test_requantize_variants_bit_exact(core, isa, shape, out_channels, offset):
     assert checked >= len(MODES)  # the requantize does not collapse everything
 
 
+@pytest.mark.parametrize("size", [1, 63, 64, 65, 4096 + 200])
+def test_lut_variants_bit_exact(core, isa, size):
+    """refcg_lut against numpy's table lookup on every byte value: tails of a 64-byte step, a second
+    4096-byte chunk; the bytes past the tensor untouched."""
+    rng = np.random.default_rng(size)
+    table = rng.integers(0, 256, 256).astype("uint8")
+    x = rng.integers(0, 256, size).astype("uint8")
+    x[: min(size, 256)] = np.arange(min(size, 256))  # every index where the size allows
+    p = core.ffi.new("refcg_lut_params*")
+    p.size = size
+    out = np.full(size + 64, 7, "uint8")
+    assert core.lib.refcg_lut(p, core.ffi.from_buffer(table), core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
+    assert np.array_equal(out[:size], table[x]), isa
+    assert np.all(out[size:] == 7)
+
+
 def numpy_pool_nchw(x, kernel, stride, pad, dilation, out_hw, is_avg, include_pad):
     """topi's pool on NCHW: max over the taps inside the input, or the int32 sum / count truncated."""
     n, c, h, w = x.shape

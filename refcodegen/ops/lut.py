@@ -1,6 +1,6 @@
 """refcg.lut: a unary function of one int8/uint8 tensor, ``qnn.<op>(x, qparams)`` or
 ``qnn.quantize(f(qnn.dequantize(x)))``, computed as the 256-entry table TVM-only computes for it
-(refcodegen/lut.py builds it; runtime refcg_lut_ref looks it up)."""
+(refcodegen/lut.py builds it; runtime refcg_lut looks it up)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -109,8 +109,8 @@ class Lut:
         ops = []
         relay.analysis.post_order_visit(func.body, lambda e: ops.append(op_name(e)) if op_name(e) else None)
         values = {"size": prod(dst.shape), "ops": " -> ".join(ops), "table": tables.lookup_table(func, target)}
-        # refcg_lut_ref takes the table as a pointer to its first entry
-        return Step(name, NAME, srcs[:1], dst, values, [Call("refcg_lut_ref", ["params", "table[0]"], srcs[:1], dst)])
+        # refcg_lut takes the table as a pointer to its first entry
+        return Step(name, NAME, srcs[:1], dst, values, [Call("refcg_lut", ["params", "table[0]"], srcs[:1], dst)])
 
 
 def parse(body) -> Lut:

@@ -208,6 +208,8 @@ typedef struct {
 } refcg_lut_params;
 
 REFCG_API int refcg_lut_ref(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output);
+/* The same through the CPU's vector variant (x86 with AVX512-VBMI: 64 bytes per step). */
+REFCG_API int refcg_lut(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output);
 
 /* qnn.softmax (int8 in and out) over the middle axis of a tensor viewed as [outer][axis][inner];
  * x0 = round(1 / input_scale) as TVM computes it, rq requantizes from scale 1/128. */
