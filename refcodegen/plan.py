@@ -148,6 +148,8 @@ def build_plan(func: relay.Function, symbol: str, target, undecided: list | None
         parsed[call] = family.parse(call.op.body)
     perm = plan_layouts(body_fields, parsed)
 
+    owner = {}  # a view's expr -> the expr whose buffer it reads (readers are counted there)
+
     def visit(expr) -> Buffer:
         if expr in done:
             return done[expr]
@@ -161,17 +163,26 @@ def build_plan(func: relay.Function, symbol: str, target, undecided: list | None
             raise RefcgError(symbol, "body", f"unexpected {type(expr).__name__} between kernels")
         family = family_of(str(expr.op.attrs["Composite"]))
         srcs = [visit(arg) for arg in expr.args]
+        params = parsed[expr]
+        if getattr(params, "is_view", lambda: False)() and expr not in output_of and perm.get(expr) is None and \
+                srcs[0].perm is None and srcs[0].kind in ("scratch", "input"):
+            # the same bytes under another shape: no step; the input's buffer lives until the view's last reader
+            done[expr] = view = _buffer_for(expr, srcs[0].kind, srcs[0].index, srcs[0].name)
+            view.perm = None
+            root = owner[expr] = owner.get(expr.args[0], expr.args[0])
+            readers[root] += readers[expr] - 1
+            return view
         dst = output_of.get(expr) or scratch.take(expr)
         dst.perm = perm.get(expr)
         done[expr] = dst
         ask = None
         if fusion is not None and family.NEON_REQUANTIZE:
             ask = lambda operand=None, call=expr: fusion.q31x4(call, operand)  # noqa: E731
-        params = parsed[expr]
         plan.steps.append(params.plan(f"k{len(plan.steps)}", expr.op, srcs, dst, target, ask))
         for arg, src in zip(expr.args, srcs):
-            readers[arg] -= 1
-            if src.kind == "scratch" and readers[arg] == 0:
+            root = owner.get(arg, arg)
+            readers[root] -= 1
+            if src.kind == "scratch" and readers[root] == 0:
                 scratch.release(src)
         return dst
 

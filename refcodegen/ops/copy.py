@@ -244,6 +244,11 @@ class Copy:
             return view
         raise RefcgError(op, "copy", "no data-movement plan for this op")
 
+    def is_view(self) -> bool:
+        """Reshape-like ops keep every byte in place (logical layouts, one dtype): the planner makes
+        their result a view of the input's buffer instead of a step (``plan.build_plan``)."""
+        return self.op in RESHAPE_OPS
+
     def layout_ok(self, src_perms, dst_perm) -> bool:
         """The elementwise ops (one flat run): any layout their input and output share."""
         return self.op in ("cast", "clip", *CLAMP_OPS) and list(src_perms) == [dst_perm]
