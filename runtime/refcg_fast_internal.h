@@ -726,6 +726,21 @@ REFCG_INLINE void refcg_pool_planes(const refcg_pool_job* j, int64_t q0, int64_t
  * minimum is 0), or int32 sums divided as refcg_pool_planes divides them. The output is stored at its
  * channel stride (1: channels last; else the planes of a layout change). */
 #define REFCG_POOL_CB 256
+
+/* The statement (the variadic part) for each tap of output pixel (oh, ow) of pool p inside the
+ * input, with x the tap's pixel (channel 0) in image in. */
+#define REFCG_POOL_TAPS_INSIDE(p, in, oh, ow, x, ...)                                             \
+  for (int32_t kh_ = 0; kh_ < (p)->kernel_h; ++kh_) {                                           \
+    const int32_t ih_ = (oh) * (p)->stride_h - (p)->pad_top + kh_ * (p)->dilation_h;            \
+    if (ih_ < 0 || ih_ >= (p)->in_h) continue;                                                  \
+    for (int32_t kw_ = 0; kw_ < (p)->kernel_w; ++kw_) {                                         \
+      const int32_t iw_ = (ow) * (p)->stride_w - (p)->pad_left + kw_ * (p)->dilation_w;         \
+      if (iw_ < 0 || iw_ >= (p)->in_w) continue;                                                \
+      const uint8_t* __restrict x = (in) + ih_ * (p)->in_stride[1] + iw_ * (p)->in_stride[2];   \
+      __VA_ARGS__                                                                               \
+    }                                                                                           \
+  }
+
 REFCG_INLINE void refcg_pool_nhwc(const refcg_pool_job* j, int64_t r0, int64_t r1) {
   const refcg_pool2d_params* p = j->p;
   const int32_t avg = p->is_avg, s8 = p->in_dtype == REFCG_S8, incl = avg && p->count_include_pad;
@@ -748,25 +763,18 @@ REFCG_INLINE void refcg_pool_nhwc(const refcg_pool_job* j, int64_t r0, int64_t r
           for (int32_t c = 0; c < nc; ++c) acc[c] = 0;
         else
           for (int32_t c = 0; c < nc; ++c) top[c] = 0;
-        for (int32_t kh = 0; kh < p->kernel_h; ++kh) {
-          const int32_t ih = oh * p->stride_h - p->pad_top + kh * p->dilation_h;
-          if (ih < 0 || ih >= p->in_h) continue;
-          for (int32_t kw = 0; kw < p->kernel_w; ++kw) {
-            const int32_t iw = ow * p->stride_w - p->pad_left + kw * p->dilation_w;
-            if (iw < 0 || iw >= p->in_w) continue;
-            const uint8_t* __restrict x = in + ih * p->in_stride[1] + iw * p->in_stride[2] + c0;
-            if (!avg) {
-              for (int32_t c = 0; c < nc; ++c) {
-                const uint8_t v = (uint8_t)(x[c] ^ flip);
-                top[c] = v > top[c] ? v : top[c];
-              }
-            } else if (s8) {
-              for (int32_t c = 0; c < nc; ++c) acc[c] += (int8_t)x[c];
-            } else {
-              for (int32_t c = 0; c < nc; ++c) acc[c] += x[c];
+        REFCG_POOL_TAPS_INSIDE(p, in + c0, oh, ow, x, {
+          if (!avg) {
+            for (int32_t c = 0; c < nc; ++c) {
+              const uint8_t v = (uint8_t)(x[c] ^ flip);
+              top[c] = v > top[c] ? v : top[c];
             }
+          } else if (s8) {
+            for (int32_t c = 0; c < nc; ++c) acc[c] += (int8_t)x[c];
+          } else {
+            for (int32_t c = 0; c < nc; ++c) acc[c] += x[c];
           }
-        }
+        })
         if (!avg && os == 1) { /* bytes to bytes */
           uint8_t* __restrict d = (uint8_t*)j->out + o + c0;
           for (int32_t c = 0; c < nc; ++c) d[c] = (uint8_t)(top[c] ^ flip);

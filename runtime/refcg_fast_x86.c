@@ -1663,16 +1663,9 @@ REFCG_INLINE void refcg_maxpool_nhwc_avx512(const refcg_pool_job* j, int64_t r0,
       for (int64_t c0 = 0; c0 < p->channels; c0 += 64) {
         const __mmask64 mask = p->channels - c0 >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (p->channels - c0)) - 1);
         __m512i top = _mm512_setzero_si512(); /* the dtype minimum in the unsigned domain */
-        for (int32_t kh = 0; kh < p->kernel_h; ++kh) {
-          const int32_t ih = oh * p->stride_h - p->pad_top + kh * p->dilation_h;
-          if (ih < 0 || ih >= p->in_h) continue;
-          for (int32_t kw = 0; kw < p->kernel_w; ++kw) {
-            const int32_t iw = ow * p->stride_w - p->pad_left + kw * p->dilation_w;
-            if (iw < 0 || iw >= p->in_w) continue;
-            const __m512i x = _mm512_maskz_loadu_epi8(mask, in + ih * p->in_stride[1] + iw * p->in_stride[2] + c0);
-            top = _mm512_max_epu8(top, _mm512_xor_si512(x, flip));
-          }
-        }
+        REFCG_POOL_TAPS_INSIDE(p, in + c0, oh, ow, x, {
+          top = _mm512_max_epu8(top, _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, x), flip));
+        })
         _mm512_mask_storeu_epi8(out + c0, mask, _mm512_xor_si512(top, flip));
       }
     }
