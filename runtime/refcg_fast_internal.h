@@ -752,10 +752,12 @@ REFCG_INLINE void refcg_pool_nhwc(const refcg_pool_job* j, int64_t r0, int64_t r
   for (int64_t r = r0; r < r1; ++r) {
     const int32_t n = (int32_t)(r / p->out_h), oh = (int32_t)(r % p->out_h);
     const uint8_t* in = j->in + n * p->in_stride[0];
-    const int32_t rows = refcg_pool_count(oh, p->stride_h, p->pad_top, p->kernel_h, p->dilation_h, lo_h, hi_h);
+    const int32_t rows = avg ? refcg_pool_count(oh, p->stride_h, p->pad_top, p->kernel_h, p->dilation_h, lo_h, hi_h) : 0;
     for (int32_t ow = 0; ow < p->out_w; ++ow) {
       const int64_t o = n * p->out_stride[0] + oh * p->out_stride[1] + ow * p->out_stride[2];
-      const float count = (float)(rows * refcg_pool_count(ow, p->stride_w, p->pad_left, p->kernel_w, p->dilation_w, lo_w, hi_w));
+      const float count = avg ? (float)(rows * refcg_pool_count(ow, p->stride_w, p->pad_left, p->kernel_w, p->dilation_w,
+                                                                 lo_w, hi_w))
+                              : 0.0f; /* read by averages only */
       const int64_t os = p->out_stride[3];
       for (int64_t c0 = 0; c0 < p->channels; c0 += REFCG_POOL_CB) {
         const int32_t nc = (int32_t)(p->channels - c0 < REFCG_POOL_CB ? p->channels - c0 : REFCG_POOL_CB);
