@@ -487,6 +487,40 @@ REFCG_API int refcg_dense(const refcg_dense_params* p, const refcg_gemm_weights*
 
 static inline int refcg_is_8bit(int32_t dtype) { return dtype == REFCG_S8 || dtype == REFCG_U8; }
 
+/* Rows of fewer than REFCG_BIN_SHORT elements, one operand a row broadcast over them (squeeze-excite's
+ * x * gate on channels-last tensors: 16..96 channels per pixel) and the other compact: the broadcast row
+ * repeated into rows of up to REFCG_BIN_CHUNK elements, so the vector loops run long rows instead of
+ * paying their set-up and tail per pixel; the rows left over run as they are. 0: not this case. */
+#define REFCG_BIN_SHORT 256
+static int refcg_binary_widened(const refcg_binary_params* p, const refcg_bin_job* j, const uint8_t* a,
+                                const uint8_t* b, uint8_t* out) {
+  const int64_t rows = j->shape[0], n = j->shape[1];
+  if (j->ndim != 2 || n >= REFCG_BIN_SHORT) return 0;
+  const int row_b = j->as[0] == n && j->as[1] == 1 && j->bs[0] == 0 && j->bs[1] == 1;
+  const int row_a = j->bs[0] == n && j->bs[1] == 1 && j->as[0] == 0 && j->as[1] == 1;
+  const int64_t per = REFCG_BIN_CHUNK / n; /* rows per widened row */
+  if (!(row_a || row_b) || rows < per) return 0;
+  uint8_t repeated[REFCG_BIN_CHUNK];
+  for (int64_t r = 0; r < per; ++r) memcpy(repeated + r * n, row_b ? b : a, (size_t)n);
+  refcg_binary_params q = *p;
+  q.ndim = 2;
+  q.shape[0] = rows / per;
+  q.shape[1] = per * n;
+  q.a_stride[0] = row_b ? per * n : 0;
+  q.b_stride[0] = row_b ? 0 : per * n;
+  q.a_stride[1] = q.b_stride[1] = 1;
+  int status = refcg_binary(&q, row_b ? a : repeated, row_b ? repeated : b, out);
+  const int64_t done = q.shape[0] * per * n;
+  if (status == 0 && rows % per) { /* fewer rows than one widened row: not widened again */
+    q.shape[0] = rows % per;
+    q.shape[1] = n;
+    q.a_stride[0] = row_b ? n : 0;
+    q.b_stride[0] = row_b ? 0 : n;
+    status = refcg_binary(&q, row_b ? a + done : a, row_b ? b : b + done, out + done);
+  }
+  return status == 0 ? 1 : status;
+}
+
 REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const void* b, void* out) {
   const refcg_isa_config* isa = refcg_isa_current();
   if (!isa->binary_rows || p->ndim < 1 || p->ndim > REFCG_MAX_DIMS) return refcg_binary_ref(p, a, b, out);
@@ -498,6 +532,8 @@ REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const vo
                      (sa == 0 || sa == 1) && (sb == 0 || sb == 1) && refcg_rq_vector_ok(&p->rq_a, 1) &&
                      (p->op == REFCG_BIN_MUL || refcg_rq_vector_ok(&p->rq_b, 1));
   if (!vector) return refcg_binary_ref(p, a, b, out);
+  const int widened = refcg_binary_widened(p, &j, (const uint8_t*)a, (const uint8_t*)b, (uint8_t*)out);
+  if (widened) return widened == 1 ? 0 : widened;
   j.p = p;
   j.a = (const uint8_t*)a;
   j.b = (const uint8_t*)b;
@@ -528,6 +564,11 @@ REFCG_API int refcg_lut(const refcg_lut_params* p, const uint8_t* table, const v
   const refcg_lut_job j = {table, (const uint8_t*)input, (uint8_t*)output, p->size};
   refcg_parallel(isa->lut, &j, (p->size + REFCG_BIN_CHUNK - 1) / REFCG_BIN_CHUNK);
   return 0;
+}
+
+REFCG_API int refcg_lut_binary(const refcg_lut_binary_params* p, const uint8_t* table, const void* input,
+                               void* output) {
+  return refcg_lut_binary_with(p, table, input, output, refcg_binary, refcg_lut);
 }
 
 REFCG_API int refcg_quantize(const refcg_quantize_params* p, const float* input, void* output) {

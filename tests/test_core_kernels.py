@@ -240,9 +240,11 @@ def run_binary(core, op, x, y, out_dtype, rq_a, rq_b, zps, out_range, reference)
 
 
 # a shape, b shape: residual add, channel broadcast (NCHW and NHWC), a scalar, a row tail of 37,
-# rows longer than a 4096-element chunk
+# rows longer than a 4096-element chunk; short rows broadcast over enough rows to be widened (b's, a's),
+# with rows left over
 BINARY_SHAPES = [((1, 16, 7, 9), (1, 16, 7, 9)), ((1, 5, 3, 37), (1, 5, 1, 1)), ((2, 3, 4, 21), (21,)),
-                 ((1, 1), (3, 1, 1, 1)), ((4, 33), (4, 1)), ((3, 4500), (4500,))]
+                 ((1, 1), (3, 1, 1, 1)), ((4, 33), (4, 1)), ((3, 4500), (4500,)),
+                 ((1, 50, 40, 24), (1, 1, 1, 24)), ((1, 1, 40), (33, 11, 40))]
 
 
 @pytest.mark.parametrize("shapes", BINARY_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -331,6 +333,46 @@ def test_lut_variants_bit_exact(core, isa, size):
     assert core.lib.refcg_lut(p, core.ffi.from_buffer(table), core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
     assert np.array_equal(out[:size], table[x]), isa
     assert np.all(out[size:] == 7)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+def test_lut_binary_variants_bit_exact(core, isa, op):
+    """refcg_lut_binary (a binary op of x and table[x] as one table) against the lookup then the binary
+    reference kernel, both operand orders, int8 x with a uint8 table; a wrong-shaped op is rejected."""
+    rng = np.random.default_rng(zlib.crc32(op.encode()))
+    x = full_range(rng, (4099,), "int8")
+    table = rng.integers(0, 256, 256).astype("uint8")
+    rq = make_requantize(np.float32(0.7), np.float32(1.0), -3, 7, "int32", "UPWARD", "int64")
+    if op == "mul":
+        rq = make_requantize(np.float32(0.002), np.float32(1.0), 0, 7, "int8", "UPWARD", "int64")
+    looked_up = table[x.view("uint8")]
+    for table_first in (0, 1):
+        a, b = (looked_up, x) if table_first else (x, looked_up)
+        want = run_binary(core, op, a, b, "int8", rq, rq, (-3, 131, 7), (-128, 127), reference=True)
+        values, entries = np.arange(256, dtype="uint8").view("int8"), table
+        every = run_binary(core, op, *((entries, values) if table_first else (values, entries)), "int8", rq, rq,
+                           (-3, 131, 7), (-128, 127), reference=True)
+        assert len(np.unique(every)) > 8  # the op does not collapse to a constant
+        p = core.ffi.new("refcg_lut_binary_params*")
+        binary = core.ffi.new("refcg_binary_params*")
+        p.lut.size, p.binary, p.table_first = x.size, binary, table_first
+        binary.op = {"add": core.lib.REFCG_BIN_ADD, "sub": core.lib.REFCG_BIN_SUB, "mul": core.lib.REFCG_BIN_MUL}[op]
+        binary.ndim, binary.shape[0], binary.a_stride[0], binary.b_stride[0] = 1, 256, 1, 1
+        binary.a_dtype = DTYPE_CODE["uint8" if table_first else "int8"]
+        binary.b_dtype = DTYPE_CODE["int8" if table_first else "uint8"]
+        binary.out_dtype = DTYPE_CODE["int8"]
+        binary.a_zp, binary.b_zp, binary.out_zp = -3, 131, 7
+        binary.out_min, binary.out_max = -128, 127
+        rq_struct = core.requant(rq)
+        binary.rq_a = binary.rq_b = rq_struct[0]
+        for fn in (core.lib.refcg_lut_binary, core.lib.refcg_lut_binary_ref):
+            out = np.full(x.size + 64, 5, "int8")
+            assert fn(p, core.ffi.from_buffer(table), core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
+            assert np.array_equal(out[:x.size], want), f"{isa} table_first={table_first}"
+            assert np.all(out[x.size:] == 5)
+        binary.shape[0] = 255
+        assert core.lib.refcg_lut_binary(p, core.ffi.from_buffer(table), core.ffi.from_buffer(x),
+                                         core.ffi.from_buffer(out)) == -1
 
 
 def numpy_pool_nchw(x, kernel, stride, pad, dilation, out_hw, is_avg, include_pad):
