@@ -50,4 +50,22 @@ static inline int32_t refcg_quantize_one(float x, float scale, int32_t multiply,
   return (int32_t)v;
 }
 
+typedef int (*refcg_binary_fn)(const refcg_binary_params* p, const void* a, const void* b, void* out);
+typedef int (*refcg_lut_fn)(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output);
+
+/* refcg_lut_binary(_ref): the binary op on every byte value and its table entry, through ``binary``
+ * (the same kernel the unfused op runs), then one pass of ``lut`` over the tensor. */
+static inline int refcg_lut_binary_with(const refcg_lut_binary_params* p, const uint8_t* table, const void* input,
+                                        void* output, refcg_binary_fn binary, refcg_lut_fn lut) {
+  const refcg_binary_params* b = p->binary;
+  const int bytes_only = (b->a_dtype == REFCG_S8 || b->a_dtype == REFCG_U8) &&
+                         (b->b_dtype == REFCG_S8 || b->b_dtype == REFCG_U8) &&
+                         (b->out_dtype == REFCG_S8 || b->out_dtype == REFCG_U8);
+  if (!bytes_only || b->ndim != 1 || b->shape[0] != 256 || b->a_stride[0] != 1 || b->b_stride[0] != 1) return -1;
+  uint8_t values[256], composed[256];
+  for (int i = 0; i < 256; ++i) values[i] = (uint8_t)i;
+  const int status = p->table_first ? binary(b, table, values, composed) : binary(b, values, table, composed);
+  return status ? status : lut(&p->lut, composed, input, output);
+}
+
 #endif /* REFCG_INTERNAL_H_ */

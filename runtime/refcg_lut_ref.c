@@ -12,3 +12,8 @@ REFCG_API int refcg_lut_ref(const refcg_lut_params* p, const uint8_t* table, con
   for (int64_t i = 0; i < p->size; ++i) out[i] = table[in[i]];
   return 0;
 }
+
+REFCG_API int refcg_lut_binary_ref(const refcg_lut_binary_params* p, const uint8_t* table, const void* input,
+                                   void* output) {
+  return refcg_lut_binary_with(p, table, input, output, refcg_binary_ref, refcg_lut_ref);
+}

@@ -25,8 +25,10 @@ COMPILER = "refcg"
 
 # Pattern-table order: MergeComposite tries families in this order.
 FAMILIES = (
-    conv2d, dense, batch_matmul, binary, pool2d, concatenate,
-    lut, softmax, float_softmax, qdq_resize,  # before quantize: they end in a qnn.quantize that would otherwise run alone
+    conv2d, dense, batch_matmul,
+    lut,  # before binary: a binary op of a tensor and its table op is one table
+    binary, pool2d, concatenate,
+    softmax, float_softmax, qdq_resize,  # lut too: they end in a qnn.quantize that would otherwise run alone
     quantize,
     requantize,  # last of those ending in a requantize: after a conv or dense it is that kernel's epilogue
     reduce, copy,  # after pool2d (its cast-avg-cast form) and the families whose patterns start or end in these ops

@@ -183,8 +183,8 @@ def constant_subgraph(depth: int = 3):
     return pattern
 
 
-def dequantized():
-    return is_op("qnn.dequantize")(wildcard(), *constants(2))
+def dequantized(x=None):
+    return is_op("qnn.dequantize")(wildcard() if x is None else x, *constants(2))
 
 
 def bound_inputs(pattern, expr) -> list:

@@ -1,6 +1,8 @@
 """refcg.lut: a unary function of one int8/uint8 tensor, ``qnn.<op>(x, qparams)`` or
 ``qnn.quantize(f(qnn.dequantize(x)))``, computed as the 256-entry table TVM-only computes for it
-(refcodegen/lut.py builds it; runtime refcg_lut looks it up)."""
+(refcodegen/lut.py builds it; runtime refcg_lut looks it up). A ``qnn.add/subtract/mul`` of ``x`` and
+such a function of ``x`` (swish: ``x * sigmoid(x)``, EfficientNet's activation) is a function of each
+value of ``x`` as well: one table, one pass over the tensor instead of a lookup and a binary op."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +11,10 @@ from tvm import relay
 from tvm.relay.dataflow_pattern import is_constant, is_op, wildcard
 
 from .. import lut as tables
-from .base import (Call, Step, any_of, check_qparams, check_tensor, const_value, constants, dequantized, dtype_of,
+from ..errors import RefcgError
+from ..numerics import is_arm_cpu_aarch64
+from . import binary
+from .base import (Buffer, Call, Step, any_of, check_qparams, check_tensor, const_value, constants, dequantized, dtype_of,
                    first_reason, op_name, prod, static_shape)
 
 NAME = "lut"
@@ -17,6 +22,7 @@ NEON_REQUANTIZE = False
 # qnn unary ops TVM 0.19 canonicalizes to a function of each 8-bit value (a lookup table)
 QNN_OPS = ("qnn.sigmoid", "qnn.tanh", "qnn.hardswish", "qnn.leaky_relu", "qnn.exp", "qnn.log", "qnn.abs")
 FLOAT_OPS = ("sigmoid", "tanh", "nn.leaky_relu")
+BINARY_OPS = ("qnn.add", "qnn.subtract", "qnn.mul")
 
 
 def _scaled(e):
@@ -35,12 +41,22 @@ def hardswish_of(x):
     return _scaled(is_op("multiply")(x, gate) | is_op("multiply")(gate, x))
 
 
+def unary_of(x) -> list:
+    """The forms of a table op of the 8-bit tensor ``x``: each qnn op, and a float op between
+    dequantize and quantize (before refcg.quantize: these end in a qnn.quantize that would otherwise
+    run alone)."""
+    qnn_ops = [is_op(name)(x, *constants(4)) for name in QNN_OPS]
+    dq = dequantized(x)
+    float_op = any_of([is_op(name)(dq) for name in FLOAT_OPS] + [hardswish_of(dq), hardsigmoid_of(dq)])
+    return [*qnn_ops, is_op("qnn.quantize")(float_op, *constants(2))]
+
+
 def patterns() -> list:
-    # before refcg.quantize: the float forms end in a qnn.quantize that would otherwise run alone
-    qnn_ops = [is_op(name)(wildcard(), *constants(4)) for name in QNN_OPS]
-    x = dequantized()
-    float_op = any_of([is_op(name)(x) for name in FLOAT_OPS] + [hardswish_of(x), hardsigmoid_of(x)])
-    return [(p, Lut.parse) for p in (*qnn_ops, is_op("qnn.quantize")(float_op, *constants(2)))]
+    x = wildcard()  # one pattern node: both operands of the binary op read the same tensor
+    unary = any_of(unary_of(x))
+    with_input = any_of([is_op(name)(x, unary, *constants(6)) | is_op(name)(unary, x, *constants(6))
+                         for name in BINARY_OPS])
+    return [(p, Lut.parse) for p in (with_input, *unary_of(wildcard()))]
 
 
 @dataclass
@@ -53,9 +69,18 @@ class Lut:
     input: relay.Expr
     calls: list
     qparams: list
+    inner: "Lut | None" = None  # a binary root's table op of its input
 
     @classmethod
     def parse(cls, root) -> "Lut":
+        if op_name(root) in BINARY_OPS:  # x and a table op of x
+            lhs, rhs = root.args[:2]
+            inner = cls.parse(rhs if op_name(rhs) in QNN_OPS + ("qnn.quantize",) and
+                              cls.parse(rhs).input.same_as(lhs) else lhs)
+            names = ("lhs", "rhs", "output")
+            qparams = [(root.args[2 + 2 * i], root.args[3 + 2 * i], dtype_of(e), n)
+                       for i, (e, n) in enumerate(zip((lhs, rhs, root), names))]
+            return cls(root, root, inner.input, [root, *inner.calls], inner.qparams + qparams, inner)
         if op_name(root) in QNN_OPS:
             data, in_scale, in_zp, out_scale, out_zp = root.args
             dtype = dtype_of(data)
@@ -99,18 +124,56 @@ class Lut:
                 if value is not None and value.size != 1:
                     return f"{op_name(call)} has a constant of shape {value.shape}, not a scalar"
         return (ctx.dequantize_uses.cast_reason(root) if op_name(root) == "qnn.quantize" else None) or \
-            tables.cannot_compute(op_name(self.op), ctx.target)
+            self._binary_reason(ctx) or tables.cannot_compute(op_name((self.inner or self).op), ctx.target)
+
+    def _binary_reason(self, ctx) -> str | None:
+        if self.inner is None:
+            return None
+        if op_name(self.inner.root) == "qnn.quantize" and ctx.dequantize_uses.loads_scale(self.inner.root):
+            return "its qnn.quantize divides by a loaded scale in TVM-only: not computed as one table"
+        return self._rounding_reason(ctx.target)
+
+    def _rounding_reason(self, target) -> str | None:
+        """A binary root's table is TVM's build of the ops on 256 values: its requantize must round as in
+        TVM-only's kernel of the whole network, which on aarch64 depends on that kernel's vector lanes."""
+        if self.inner is None or not is_arm_cpu_aarch64(target):
+            return None
+        return (f"{op_name(self.root)} of a tensor and its {op_name(self.inner.op)}: on aarch64 TVM-only's "
+                "requantize rounding depends on its fused kernel, not computed as one table")
 
     def layout_ok(self, src_perms, dst_perm) -> bool:
         """Elementwise over the flat tensor: any layout its input and output share."""
         return list(src_perms) == [dst_perm]
 
+    def table_function(self, func: relay.Function) -> relay.Function:
+        """The function of the composite ``func`` whose table TVM computes (a binary root's table op)."""
+        return func if self.inner is None else relay.Function(func.params, self.inner.root)
+
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
+        reason = self._rounding_reason(target)  # partitioned without target=
+        if reason:
+            raise RefcgError(op_name(self.root), "target", reason + "; pass target= to partition_for_refcg")
         ops = []
         relay.analysis.post_order_visit(func.body, lambda e: ops.append(op_name(e)) if op_name(e) else None)
-        values = {"size": prod(dst.shape), "ops": " -> ".join(ops), "table": tables.lookup_table(func, target)}
-        # refcg_lut takes the table as a pointer to its first entry
-        return Step(name, NAME, srcs[:1], dst, values, [Call("refcg_lut", ["params", "table[0]"], srcs[:1], dst)])
+        table = tables.lookup_table(self.table_function(func), target)
+        values = {"size": prod(dst.shape), "ops": " -> ".join(ops), "table": table}
+        # the kernels take the table as a pointer to its first entry
+        if self.inner is None:
+            return Step(name, NAME, srcs[:1], dst, values, [Call("refcg_lut", ["params", "table[0]"], srcs[:1], dst)])
+        values["binary"], values["table_first"] = self._on_every_value(name, target, dst)
+        return Step(name, NAME, srcs[:1], dst, values,
+                    [Call("refcg_lut_binary", ["params", "table[0]"], srcs[:1], dst)])
+
+    def _on_every_value(self, name: str, target, dst) -> tuple[Step, bool]:
+        """The binary root's step on 256 elements (every byte value, and its table entry), as the binary
+        family plans it: the runtime composes the two tables with the kernel the unfused op runs."""
+        x = relay.var("x", shape=(256,), dtype=dtype_of(self.input))
+        t = relay.var("t", shape=(256,), dtype=dtype_of(self.inner.root))
+        table_first = not self.root.args[0].same_as(self.input)
+        call = relay.Call(self.root.op, [*((t, x) if table_first else (x, t)), *self.root.args[2:]], self.root.attrs)
+        srcs = [Buffer(v.name_hint, (256,), str(v.type_annotation.dtype), "scratch", i) for i, v in enumerate((x, t))]
+        composed = Buffer("composed", (256,), dst.dtype, "scratch", 2)
+        return binary.Binary(call, None).plan(name, relay.Function([x, t], call), srcs, composed, target), table_first
 
 
 def parse(body) -> Lut:

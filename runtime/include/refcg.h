@@ -208,8 +208,23 @@ typedef struct {
 } refcg_lut_params;
 
 REFCG_API int refcg_lut_ref(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output);
+
+/* qnn.add / subtract / mul of an 8-bit tensor x and a table op of x (swish: x * sigmoid(x)): a function
+ * of each byte of x too. binary is that op on the 256 byte values (ndim 1, shape {256}, strides {1});
+ * each call computes it into a second table, then out[i] = table2[bit pattern of in[i]]: one pass over
+ * the tensor, and bit-exact with the lookup followed by the binary kernel by construction. */
+typedef struct {
+  refcg_lut_params lut;
+  const refcg_binary_params* binary;
+  int32_t table_first; /* the table op's result is the binary op's lhs */
+} refcg_lut_binary_params;
+
+REFCG_API int refcg_lut_binary_ref(const refcg_lut_binary_params* p, const uint8_t* table, const void* input,
+                                   void* output);
 /* The same through the CPU's vector variant (x86 with AVX512-VBMI: 64 bytes per step). */
 REFCG_API int refcg_lut(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output);
+REFCG_API int refcg_lut_binary(const refcg_lut_binary_params* p, const uint8_t* table, const void* input,
+                               void* output);
 
 /* qnn.softmax (int8 in and out) over the middle axis of a tensor viewed as [outer][axis][inner];
  * x0 = round(1 / input_scale) as TVM computes it, rq requantizes from scale 1/128. */
