@@ -43,6 +43,7 @@ static const refcg_isa_config refcg_isa_scalar = {
     .quantize = NULL,
     .requantize = NULL,
     .lut = NULL,
+    .reduce = NULL,
 };
 
 static const refcg_isa_config* const refcg_isa_table[] = {
@@ -582,67 +583,16 @@ REFCG_API int refcg_quantize(const refcg_quantize_params* p, const float* input,
 }
 
 
-/* ---- sum / mean (refcg_reduce_params): chunks of up to REFCG_REDUCE_CHUNK inner elements, every
- * input row of a chunk added into int32 lanes by a loop per dtype the compiler vectorizes (the
- * reference reads element by element through a dtype switch); a contiguous run (inner 1) is one
- * vectorized sum. Sums wrap in uint32 and means truncate, as in refcg_reduce_ref. ---- */
-#define REFCG_REDUCE_CHUNK 256
-typedef struct {
-  const refcg_reduce_params* p;
-  const void* in;
-  void* out;
-  int64_t chunks; /* per outer index */
-} refcg_reduce_job;
-
-/* The statements after `in, at` once per input dtype, with x_ the typed pointer to element `at`. */
-#define REFCG_REDUCE_TYPED(dtype, in, at, ...)                                                \
-  switch (dtype) {                                                                           \
-    case REFCG_S8: { const int8_t* x_ = (const int8_t*)(in) + (at); __VA_ARGS__; } break;    \
-    case REFCG_U8: { const uint8_t* x_ = (const uint8_t*)(in) + (at); __VA_ARGS__; } break;  \
-    case REFCG_S16: { const int16_t* x_ = (const int16_t*)(in) + (at); __VA_ARGS__; } break; \
-    default: { const int32_t* x_ = (const int32_t*)(in) + (at); __VA_ARGS__; } break;        \
-  }
-
-/* acc[0, n) += the n elements at element index at (a loop per dtype, which the compiler vectorizes) */
-static inline void refcg_reduce_add(const refcg_reduce_params* p, const void* in, int64_t at, uint32_t* acc, int64_t n) {
-  REFCG_REDUCE_TYPED(p->in_dtype, in, at, for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)(int32_t)x_[i])
-}
-
-/* the sum of the n elements at element index at */
-static inline uint32_t refcg_reduce_run(const refcg_reduce_params* p, const void* in, int64_t at, int64_t n) {
-  uint32_t sum = 0;
-  REFCG_REDUCE_TYPED(p->in_dtype, in, at, for (int64_t i = 0; i < n; ++i) sum += (uint32_t)(int32_t)x_[i])
-  return sum;
-}
-
-static inline void refcg_reduce_store(const refcg_reduce_params* p, void* out, int64_t i, uint32_t sum) {
-  int32_t v = (int32_t)sum;
-  if (p->is_mean) v /= (int32_t)p->reduce;
-  refcg_store(out, i, p->out_dtype, v);
-}
-
 static void refcg_reduce_chunks(const void* ctx, int64_t t0, int64_t t1) {
-  const refcg_reduce_job* j = (const refcg_reduce_job*)ctx;
-  const refcg_reduce_params* p = j->p;
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t o = t / j->chunks;
-    if (p->inner == 1) {
-      refcg_reduce_store(p, j->out, o, refcg_reduce_run(p, j->in, o * p->reduce, p->reduce));
-      continue;
-    }
-    const int64_t i0 = t % j->chunks * REFCG_REDUCE_CHUNK;
-    const int64_t n = p->inner - i0 < REFCG_REDUCE_CHUNK ? p->inner - i0 : REFCG_REDUCE_CHUNK;
-    uint32_t acc[REFCG_REDUCE_CHUNK] = {0};
-    for (int64_t r = 0; r < p->reduce; ++r) refcg_reduce_add(p, j->in, (o * p->reduce + r) * p->inner + i0, acc, n);
-    for (int64_t i = 0; i < n; ++i) refcg_reduce_store(p, j->out, o * p->inner + i0 + i, acc[i]);
-  }
+  refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1); /* the baseline ISA's vectors */
 }
 
 REFCG_API int refcg_reduce(const refcg_reduce_params* p, const void* input, void* output) {
   if (p->reduce <= 0 || p->inner <= 0 || p->outer < 0 || p->in_dtype < REFCG_S8 || p->in_dtype > REFCG_S16)
     return refcg_reduce_ref(p, input, output);
   const refcg_reduce_job j = {p, input, output, (p->inner + REFCG_REDUCE_CHUNK - 1) / REFCG_REDUCE_CHUNK};
-  refcg_parallel(refcg_reduce_chunks, &j, p->outer * j.chunks);
+  const refcg_isa_config* isa = refcg_isa_current();
+  refcg_parallel(isa->reduce ? isa->reduce : refcg_reduce_chunks, &j, p->outer * j.chunks);
   return 0;
 }
 

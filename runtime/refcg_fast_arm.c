@@ -138,6 +138,10 @@ static void refcg_pool_neon(const void* ctx, int64_t q0, int64_t q1) {
   refcg_pool_run((const refcg_pool_job*)ctx, q0, q1); /* GCC vectorizes it with NEON */
 }
 
+static void refcg_reduce_neon(const void* ctx, int64_t t0, int64_t t1) {
+  refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1); /* GCC vectorizes it with NEON */
+}
+
 #pragma GCC push_options
 #pragma GCC target("arch=armv8.2-a+dotprod")
 
@@ -202,6 +206,7 @@ const refcg_isa_config refcg_isa_dotprod = {
     .quantize = NULL,
     .requantize = NULL,
     .lut = NULL,
+    .reduce = refcg_reduce_neon,
 };
 
 const refcg_isa_config refcg_isa_neon = {
@@ -216,6 +221,7 @@ const refcg_isa_config refcg_isa_neon = {
     .quantize = NULL,
     .requantize = NULL,
     .lut = NULL,
+    .reduce = refcg_reduce_neon,
 };
 
 #endif /* REFCG_HAVE_ARM */

@@ -595,6 +595,69 @@ typedef struct {
   int64_t n, chunks; /* elements per row, chunks per row */
 } refcg_rq_job;
 
+/* ---- sum / mean (refcg_reduce_params): chunks of up to REFCG_REDUCE_CHUNK inner elements, every
+ * input row of a chunk added into int32 lanes by a loop per dtype the compiler vectorizes (the
+ * reference reads element by element through a dtype switch); a contiguous run (inner 1) is one
+ * vectorized sum. Sums wrap in uint32 and means truncate, as in refcg_reduce_ref. Compiled in each
+ * variant's section (refcg_isa_config.reduce), vectorized for its ISA. ---- */
+#define REFCG_REDUCE_CHUNK 256
+typedef struct {
+  const refcg_reduce_params* p;
+  const void* in;
+  void* out;
+  int64_t chunks; /* per outer index */
+} refcg_reduce_job;
+
+/* The statements after `in, at` once per input dtype, with x_ the typed pointer to element `at`. */
+#define REFCG_REDUCE_TYPED(dtype, in, at, ...)                                                \
+  switch (dtype) {                                                                           \
+    case REFCG_S8: { const int8_t* x_ = (const int8_t*)(in) + (at); __VA_ARGS__; } break;    \
+    case REFCG_U8: { const uint8_t* x_ = (const uint8_t*)(in) + (at); __VA_ARGS__; } break;  \
+    case REFCG_S16: { const int16_t* x_ = (const int16_t*)(in) + (at); __VA_ARGS__; } break; \
+    default: { const int32_t* x_ = (const int32_t*)(in) + (at); __VA_ARGS__; } break;        \
+  }
+
+/* acc[0, n) += the n elements at element index at (a loop per dtype, which the compiler vectorizes) */
+REFCG_INLINE void refcg_reduce_add(const refcg_reduce_params* p, const void* in, int64_t at, uint32_t* acc, int64_t n) {
+  REFCG_REDUCE_TYPED(p->in_dtype, in, at, for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)(int32_t)x_[i])
+}
+
+/* the sum of the n elements at element index at */
+REFCG_INLINE uint32_t refcg_reduce_run(const refcg_reduce_params* p, const void* in, int64_t at, int64_t n) {
+  uint32_t sum = 0;
+  REFCG_REDUCE_TYPED(p->in_dtype, in, at, for (int64_t i = 0; i < n; ++i) sum += (uint32_t)(int32_t)x_[i])
+  return sum;
+}
+
+REFCG_INLINE void refcg_reduce_store(const refcg_reduce_params* p, void* out, int64_t i, uint32_t sum) {
+  int32_t v = (int32_t)sum;
+  if (p->is_mean) v /= (int32_t)p->reduce;
+  refcg_store(out, i, p->out_dtype, v);
+}
+
+REFCG_INLINE void refcg_reduce_run_chunks(const refcg_reduce_job* j, int64_t t0, int64_t t1) {
+  const refcg_reduce_params* p = j->p;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t o = t / j->chunks;
+    if (p->inner == 1) {
+      refcg_reduce_store(p, j->out, o, refcg_reduce_run(p, j->in, o * p->reduce, p->reduce));
+      continue;
+    }
+    const int64_t i0 = t % j->chunks * REFCG_REDUCE_CHUNK;
+    const int64_t n = p->inner - i0 < REFCG_REDUCE_CHUNK ? p->inner - i0 : REFCG_REDUCE_CHUNK;
+    /* a short inner axis (squeeze-excite's mean over the pixels of 16..96 channels): m consecutive rows
+     * are one contiguous run, added as one wide row of m * n lanes and folded at the end */
+    const int64_t m = p->inner == n ? REFCG_REDUCE_CHUNK / n : 1, wide = m * n, rows = p->reduce / m;
+    uint32_t acc[REFCG_REDUCE_CHUNK] = {0};
+    const int64_t at = o * p->reduce * p->inner + i0;
+    for (int64_t r = 0; r < rows; ++r) refcg_reduce_add(p, j->in, at + r * m * p->inner, acc, wide);
+    for (int64_t r = rows * m; r < p->reduce; ++r) refcg_reduce_add(p, j->in, at + r * p->inner, acc, n);
+    for (int64_t k = 1; k < m; ++k)
+      for (int64_t i = 0; i < n; ++i) acc[i] += acc[k * n + i];
+    for (int64_t i = 0; i < n; ++i) refcg_reduce_store(p, j->out, o * p->inner + i0 + i, acc[i]);
+  }
+}
+
 /* ---- 256-entry table lookups (refcg_lut_params): chunks of REFCG_BIN_CHUNK bytes ---- */
 typedef struct {
   const uint8_t* table;
@@ -857,6 +920,7 @@ typedef struct {
   refcg_range_fn quantize;     /* qnn.quantize chunks, refcg_quant_job (NULL: the reference) */
   refcg_range_fn requantize;   /* qnn.requantize chunks of 8-bit rows, refcg_rq_job (NULL: the reference) */
   refcg_range_fn lut;          /* table lookups, refcg_lut_job chunks (NULL: the reference) */
+  refcg_range_fn reduce;       /* sum/mean chunks, refcg_reduce_job (NULL: the baseline ISA's) */
 } refcg_isa_config;
 
 /* Hidden here, at their first declaration (C++ ignores the attribute on the definitions). */

@@ -797,6 +797,10 @@ static void refcg_pool_avx2(const void* ctx, int64_t q0, int64_t q1) {
   refcg_pool_run((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
 }
 
+static void refcg_reduce_avx2(const void* ctx, int64_t t0, int64_t t1) {
+  refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1); /* vectorized for this section's ISA */
+}
+
 /* refcg_bin_preshift on rq and r (see refcg_bin_preshift_avx512); the shift count in every lane. */
 REFCG_INLINE __m256i refcg_bin_preshift_avx2(refcg_requant* rq, refcg_rqv_avx2* r) {
   const int32_t l1 = refcg_bin_preshift(rq);
@@ -1672,6 +1676,10 @@ REFCG_INLINE void refcg_maxpool_nhwc_avx512(const refcg_pool_job* j, int64_t r0,
   }
 }
 
+static void refcg_reduce_avx512(const void* ctx, int64_t t0, int64_t t1) {
+  refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1); /* vectorized for this section's ISA */
+}
+
 static void refcg_pool_avx512(const void* ctx, int64_t q0, int64_t q1) {
   const refcg_pool_job* j = (const refcg_pool_job*)ctx;
   if (j->nhwc && !j->p->is_avg && j->p->out_stride[3] == 1)
@@ -1803,6 +1811,7 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .quantize = refcg_quant_avx2,
     .requantize = refcg_requantize_avx512,
     .lut = refcg_lut_avx512,
+    .reduce = refcg_reduce_avx512,
 };
 
 const refcg_isa_config refcg_isa_avxvnni = {
@@ -1817,6 +1826,7 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .quantize = refcg_quant_avx2,
     .requantize = refcg_requantize_avx2,
     .lut = NULL,
+    .reduce = refcg_reduce_avx2,
 };
 
 const refcg_isa_config refcg_isa_avx2 = {
@@ -1831,6 +1841,7 @@ const refcg_isa_config refcg_isa_avx2 = {
     .quantize = refcg_quant_avx2,
     .requantize = refcg_requantize_avx2,
     .lut = NULL,
+    .reduce = refcg_reduce_avx2,
 };
 
 #endif /* REFCG_HAVE_X86 */

@@ -139,6 +139,16 @@ def arm_binary(tmp_path_factory):
         convs.append(c_array("int8_t" if dtype == "int8" else "uint8_t", f"px{i}", x) + c_array("int8_t", f"pwant{i}", want.view(np.int8))
                      + c_struct(core, "refcg_pool2d_params", f"pp{i}", values))
         checks.append(f"  bad += check(\"pool{i}\", refcg_pool2d(&pp{i}, px{i}, out), pwant{i}, sizeof(pwant{i}));")
+    for i, (outer, reduce, inner, dtype) in enumerate([(2, 785, 24, "int8"), (1, 49, 300, "uint8")]):  # means
+        x = full_range(rng, (outer, reduce, inner), dtype)
+        values = dict(outer=outer, reduce=reduce, inner=inner, is_mean=1, in_dtype=DTYPE_CODE[dtype],
+                      out_dtype=DTYPE_CODE[dtype])
+        p = core.ffi.new("refcg_reduce_params*", values)
+        want = np.empty((outer, inner), dtype)
+        assert core.lib.refcg_reduce_ref(p, core.ffi.from_buffer(x), core.ffi.from_buffer(want)) == 0
+        convs.append(c_array("int8_t" if dtype == "int8" else "uint8_t", f"rx{i}", x)
+                     + c_array("int8_t", f"rwant{i}", want.view(np.int8)) + c_struct(core, "refcg_reduce_params", f"rp{i}", values))
+        checks.append(f"  bad += check(\"reduce{i}\", refcg_reduce(&rp{i}, rx{i}, out), rwant{i}, sizeof(rwant{i}));")
     program = ("#include <stdio.h>\n#include <stdint.h>\n#include <string.h>\n" + bundled_core() + "\n"
                + "".join(convs) + """
 static int8_t out[1 << 16];

@@ -445,15 +445,17 @@ def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype, layouts):
 
 
 # outer, reduce, inner, input dtype, output dtype, mean: a global average pool of NHWC and of NCHW
-# (a contiguous run), chunk tails (inner 600 = 2 x 256 + 88), int32 sums that wrap, narrowing casts
+# (a contiguous run), chunk tails (inner 600 = 2 x 256 + 88), int32 sums that wrap, narrowing casts;
+# short inner axes whose rows add as wide rows (24: 10 rows per wide row, 5 left over; 100 and 7)
 REDUCE_CASES = [
     (1, 49, 1280, "int8", "int8", 1), (3, 49, 1, "uint8", "int32", 0), (2, 30, 600, "int16", "int16", 1),
     (2, 5, 300, "int32", "int8", 1), (4, 3, 1, "int32", "int32", 0), (5, 1, 17, "uint8", "uint8", 1),
+    (2, 785, 24, "int8", "int8", 1), (1, 3000, 100, "int16", "int32", 0), (1, 999, 7, "int32", "int32", 0),
 ]
 
 
 @pytest.mark.parametrize("case", REDUCE_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-{c[3]}-{c[4]}-{'mean' if c[5] else 'sum'}")
-def test_reduce_matches_numpy(core, case):
+def test_reduce_matches_numpy(core, isa, case):
     """refcg_reduce and refcg_reduce_ref: the int32 sum wrapping, the mean truncating toward zero, the
     output cast wrapping (numpy's astype)."""
     outer, reduce, inner, in_dtype, out_dtype, mean = case
