@@ -194,6 +194,13 @@ static void refcg_pad_rows(const void* ctx, int64_t r0, int64_t r1) {
     if (s3 == 1 && (s2 == cp || in_w == 1)) { /* NHWC, no channel padding (or one pixel): one run */
       const int64_t n = in_w == 1 ? cin : in_w * cp;
       for (int64_t i = 0; i < n; ++i) dst[i] = (uint8_t)(src[i] ^ flip);
+    } else if (s3 == 1 && s2 == 3 && cin == 3 && cp == 4) { /* NHWC RGB (a first conv): 32-bit pixels */
+      const uint32_t flip3 = flip * 0x010101u;
+      for (int64_t iw = 0; iw < in_w; ++iw) {
+        const uint8_t* sp = src + iw * 3;
+        const uint32_t v = ((uint32_t)sp[0] | (uint32_t)sp[1] << 8 | (uint32_t)sp[2] << 16) ^ flip3;
+        memcpy(dst + iw * 4, &v, 4);
+      }
     } else if (s3 == 1) { /* NHWC: channels contiguous */
       for (int64_t iw = 0; iw < in_w; ++iw) {
         uint8_t* d = dst + iw * cp;
