@@ -158,7 +158,7 @@ def with_its_table_op(x, dtype: str, op: str, table_first: bool, qnn_form: bool)
     return BINARY[op](a, b, sa, za, sb, zb, *qparams(0.045, ZERO_POINT[dtype][0] - 9))
 
 
-@pytest.mark.parametrize("numerics", slow_params(("llvm", "float32", "float32-nofma"), "float32-nofma"))
+@pytest.mark.parametrize("numerics", slow_params(("llvm", "float32", "float32-nofma"), "float32", "float32-nofma"))
 def test_binary_op_of_a_tensor_and_its_table_op_is_one_table(tmp_path, numerics):
     params, inputs, outputs = [], {}, []
     for dtype in ("int8", "uint8"):
