@@ -73,10 +73,10 @@ class Lut:
 
     @classmethod
     def parse(cls, root) -> "Lut":
-        if op_name(root) in BINARY_OPS:  # x and a table op of x
+        if op_name(root) in BINARY_OPS:  # x and a table op of x (the pattern matched one of the orders)
             lhs, rhs = root.args[:2]
-            inner = cls.parse(rhs if op_name(rhs) in QNN_OPS + ("qnn.quantize",) and
-                              cls.parse(rhs).input.same_as(lhs) else lhs)
+            table_op_rhs = op_name(rhs) in QNN_OPS + ("qnn.quantize",) and cls.parse(rhs).input.same_as(lhs)
+            inner = cls.parse(rhs if table_op_rhs else lhs)
             names = ("lhs", "rhs", "output")
             qparams = [(root.args[2 + 2 * i], root.args[3 + 2 * i], dtype_of(e), n)
                        for i, (e, n) in enumerate(zip((lhs, rhs, root), names))]
@@ -134,8 +134,8 @@ class Lut:
         return self._rounding_reason(ctx.target)
 
     def _rounding_reason(self, target) -> str | None:
-        """A binary root's table is TVM's build of the ops on 256 values: its requantize must round as in
-        TVM-only's kernel of the whole network, which on aarch64 depends on that kernel's vector lanes."""
+        """On aarch64 a binary op's requantize rounds as TVM-only's fused kernel does (NEON int32x4 or not),
+        a question armfuse answers for a binary composite, not for one inside a table: they stay apart."""
         if self.inner is None or not is_arm_cpu_aarch64(target):
             return None
         return (f"{op_name(self.root)} of a tensor and its {op_name(self.inner.op)}: on aarch64 TVM-only's "
