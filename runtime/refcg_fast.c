@@ -493,8 +493,6 @@ REFCG_API int refcg_dense(const refcg_dense_params* p, const refcg_gemm_weights*
   return refcg_conv2d(&cp, &k, &f, input, output);
 }
 
-static inline int refcg_is_8bit(int32_t dtype) { return dtype == REFCG_S8 || dtype == REFCG_U8; }
-
 /* Rows of fewer than REFCG_BIN_SHORT elements, one operand a row broadcast over them (squeeze-excite's
  * x * gate on channels-last tensors: 16..96 channels per pixel) and the other compact: the broadcast row
  * repeated into rows of up to REFCG_BIN_CHUNK elements, so the vector loops run long rows instead of

@@ -35,6 +35,8 @@ static inline void refcg_store(void* base, int64_t i, int32_t dtype, int32_t v) 
   }
 }
 
+static inline int refcg_is_8bit(int32_t dtype) { return dtype == REFCG_S8 || dtype == REFCG_U8; }
+
 static inline int32_t refcg_clamp(int32_t v, int32_t lo, int32_t hi) {
   return v < lo ? lo : (v > hi ? hi : v);
 }
@@ -58,9 +60,7 @@ typedef int (*refcg_lut_fn)(const refcg_lut_params* p, const uint8_t* table, con
 static inline int refcg_lut_binary_with(const refcg_lut_binary_params* p, const uint8_t* table, const void* input,
                                         void* output, refcg_binary_fn binary, refcg_lut_fn lut) {
   const refcg_binary_params* b = p->binary;
-  const int bytes_only = (b->a_dtype == REFCG_S8 || b->a_dtype == REFCG_U8) &&
-                         (b->b_dtype == REFCG_S8 || b->b_dtype == REFCG_U8) &&
-                         (b->out_dtype == REFCG_S8 || b->out_dtype == REFCG_U8);
+  const int bytes_only = refcg_is_8bit(b->a_dtype) && refcg_is_8bit(b->b_dtype) && refcg_is_8bit(b->out_dtype);
   if (!bytes_only || b->ndim != 1 || b->shape[0] != 256 || b->a_stride[0] != 1 || b->b_stride[0] != 1) return -1;
   uint8_t values[256], composed[256];
   for (int i = 0; i < 256; ++i) values[i] = (uint8_t)i;

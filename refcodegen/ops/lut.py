@@ -75,8 +75,9 @@ class Lut:
     def parse(cls, root) -> "Lut":
         if op_name(root) in BINARY_OPS:  # x and a table op of x (the pattern matched one of the orders)
             lhs, rhs = root.args[:2]
-            table_op_rhs = op_name(rhs) in QNN_OPS + ("qnn.quantize",) and cls.parse(rhs).input.same_as(lhs)
-            inner = cls.parse(rhs if table_op_rhs else lhs)
+            inner = cls.parse(rhs) if op_name(rhs) in QNN_OPS + ("qnn.quantize",) else None
+            if inner is None or not inner.input.same_as(lhs):
+                inner = cls.parse(lhs)
             names = ("lhs", "rhs", "output")
             qparams = [(root.args[2 + 2 * i], root.args[3 + 2 * i], dtype_of(e), n)
                        for i, (e, n) in enumerate(zip((lhs, rhs, root), names))]
