@@ -44,6 +44,7 @@ static const refcg_isa_config refcg_isa_scalar = {
     .requantize = NULL,
     .lut = NULL,
     .reduce = NULL,
+    .gather = NULL,
 };
 
 static const refcg_isa_config* const refcg_isa_table[] = {
@@ -569,6 +570,42 @@ REFCG_API int refcg_lut(const refcg_lut_params* p, const uint8_t* table, const v
   if (!isa->lut || p->size < 1) return refcg_lut_ref(p, table, input, output);
   const refcg_lut_job j = {table, (const uint8_t*)input, (uint8_t*)output, p->size};
   refcg_parallel(isa->lut, &j, (p->size + REFCG_BIN_CHUNK - 1) / REFCG_BIN_CHUNK);
+  return 0;
+}
+
+/* Whether p is a gather refcg_gather_job runs (refcg.h: refcg_copy): j filled if so. */
+static int refcg_gather_setup(refcg_gather_job* j, const refcg_copy_params* p, const void* input, void* output) {
+  const int32_t last = p->ndim - 1;
+  if (p->ndim < 1 || p->ndim > REFCG_COPY_MAX_DIMS || refcg_copy_unchanged(p) != 1 || !p->take[last] ||
+      p->in_stride[last] != 1 || p->pad_before[last] != 0 || p->out_shape[last] < 1 ||
+      p->out_shape[last] > REFCG_GATHER_MAX || p->in_shape[last] < 1 || p->in_shape[last] > REFCG_GATHER_MAX)
+    return 0;
+  j->rows = 1;
+  for (int32_t k = 0; k < last; ++k) { /* outer axes: every row inside the input, no table */
+    if (p->take[k] || p->pad_before[k] || p->out_shape[k] > p->in_shape[k]) return 0;
+    j->rows *= p->out_shape[k];
+  }
+  j->p = p;
+  j->in = (const uint8_t*)input;
+  j->out = (uint8_t*)output;
+  j->n = p->out_shape[last];
+  j->size = p->in_shape[last];
+  memset(j->idx, 0, sizeof(j->idx));
+  memset(j->window, 0, sizeof(j->window));
+  for (int64_t i = 0; i < j->n; ++i) {
+    const int32_t t = p->take[last][i];
+    if (t < 0 || t >= j->size) return 0; /* reads padding: the reference */
+    j->idx[i] = (uint8_t)(t % 128);
+    j->window[i / 64][t / 128] |= (uint64_t)1 << (i % 64);
+  }
+  return j->rows > 0;
+}
+
+REFCG_API int refcg_copy(const refcg_copy_params* p, const void* input, void* output) {
+  const refcg_isa_config* isa = refcg_isa_current();
+  refcg_gather_job j;
+  if (!isa->gather || !refcg_gather_setup(&j, p, input, output)) return refcg_copy_ref(p, input, output);
+  refcg_parallel(isa->gather, &j, (j.rows + REFCG_GATHER_ROWS - 1) / REFCG_GATHER_ROWS);
   return 0;
 }
 

@@ -207,6 +207,7 @@ const refcg_isa_config refcg_isa_dotprod = {
     .requantize = NULL,
     .lut = NULL,
     .reduce = refcg_reduce_neon,
+    .gather = NULL,
 };
 
 const refcg_isa_config refcg_isa_neon = {
@@ -222,6 +223,7 @@ const refcg_isa_config refcg_isa_neon = {
     .requantize = NULL,
     .lut = NULL,
     .reduce = refcg_reduce_neon,
+    .gather = NULL,
 };
 
 #endif /* REFCG_HAVE_ARM */

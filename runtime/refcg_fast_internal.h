@@ -891,6 +891,42 @@ REFCG_INLINE int64_t refcg_quant_chunk(const refcg_quant_job* j, int64_t t, int6
   return row % j->p->channels;
 }
 
+/* ---- 8-bit gathers along the last axis (refcg_copy): every output row reads its input row, found by
+ * plain strides on the outer axes, through the same index table ---- */
+#define REFCG_GATHER_MAX 1024 /* longest input and output row */
+#define REFCG_GATHER_ROWS 64  /* rows per task */
+typedef struct {
+  const refcg_copy_params* p;
+  const uint8_t* in;
+  uint8_t* out;
+  int64_t rows, n, size; /* output rows, their length, the input row's length */
+  uint8_t idx[REFCG_GATHER_MAX]; /* take[i] % 128 (0 past n): a byte index into a 128-byte window */
+  /* lanes of 64-byte output chunk k that read 128-byte input window w */
+  uint64_t window[REFCG_GATHER_MAX / 64][REFCG_GATHER_MAX / 128];
+} refcg_gather_job;
+
+/* The input offset of output row r, and its index on the outer axes for refcg_gather_next. */
+REFCG_INLINE int64_t refcg_gather_first(const refcg_copy_params* p, int64_t r, int64_t* index) {
+  int64_t at = p->offset;
+  for (int32_t k = p->ndim - 2; k >= 0; --k) {
+    index[k] = r % p->out_shape[k];
+    r /= p->out_shape[k];
+    at += index[k] * p->in_stride[k];
+  }
+  return at;
+}
+
+/* The input offset of the row after the one at `at` (an odometer over the outer axes). */
+REFCG_INLINE int64_t refcg_gather_next(const refcg_copy_params* p, int64_t at, int64_t* index) {
+  for (int32_t k = p->ndim - 2; k >= 0; --k) {
+    at += p->in_stride[k];
+    if (++index[k] < p->out_shape[k]) break;
+    at -= p->in_stride[k] * p->out_shape[k];
+    index[k] = 0;
+  }
+  return at;
+}
+
 /* ---- variant configs ----
  * One config per ISA variant, defined next to its kernels with named fields; per op family the
  * kernels and their tiling, NULL where the family keeps the generic path. refcg_fast.c holds the
@@ -921,6 +957,7 @@ typedef struct {
   refcg_range_fn requantize;   /* qnn.requantize chunks of 8-bit rows, refcg_rq_job (NULL: the reference) */
   refcg_range_fn lut;          /* table lookups, refcg_lut_job chunks (NULL: the reference) */
   refcg_range_fn reduce;       /* sum/mean chunks, refcg_reduce_job (NULL: the baseline ISA's) */
+  refcg_range_fn gather;       /* 8-bit last-axis gathers, refcg_gather_job row tasks (NULL: the reference) */
 } refcg_isa_config;
 
 /* Hidden here, at their first declaration (C++ ignores the attribute on the definitions). */

@@ -831,6 +831,45 @@ static void refcg_bin_avx2(const void* ctx, int64_t r0, int64_t r1) {
   refcg_bin_rows(j, s.pre ? &s : &k, r0, r1, refcg_bin_row_avx2);
 }
 
+/* ---- 8-bit gathers along the last axis (refcg_gather_job): with AVX512-VBMI, each 64-byte output
+ * chunk is a two-table byte permute (vpermi2b) of each 128-byte window of the input row it reads, the
+ * windows blended by the lanes reading them; without VBMI, bytes one by one ---- */
+REFCG_INLINE __mmask64 refcg_mask64(int64_t n) {
+  return n >= 64 ? ~(__mmask64)0 : n <= 0 ? (__mmask64)0 : (((__mmask64)1 << n) - 1);
+}
+
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi"))) static void
+refcg_gather_vbmi(const refcg_gather_job* j, int64_t r0, int64_t r1) {
+  const int64_t halves = (j->size + 63) / 64, windows = (halves + 1) / 2, chunks = (j->n + 63) / 64;
+  int64_t index[REFCG_COPY_MAX_DIMS];
+  int64_t at = refcg_gather_first(j->p, r0, index);
+  for (int64_t r = r0; r < r1; ++r, at = refcg_gather_next(j->p, at, index)) {
+    __m512i q[REFCG_GATHER_MAX / 64 + 1];
+    for (int64_t h = 0; h < 2 * windows; ++h) q[h] = _mm512_maskz_loadu_epi8(refcg_mask64(j->size - 64 * h), j->in + at + 64 * h);
+    for (int64_t k = 0; k < chunks; ++k) {
+      const __m512i idx = _mm512_loadu_si512(j->idx + 64 * k);
+      __m512i v = _mm512_permutex2var_epi8(q[0], idx, q[1]);
+      for (int64_t w = 1; w < windows; ++w)
+        v = _mm512_mask_blend_epi8(j->window[k][w], v, _mm512_permutex2var_epi8(q[2 * w], idx, q[2 * w + 1]));
+      _mm512_mask_storeu_epi8(j->out + r * j->n + 64 * k, refcg_mask64(j->n - 64 * k), v);
+    }
+  }
+}
+
+static void refcg_gather_avx512(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_gather_job* j = (const refcg_gather_job*)ctx;
+  const int64_t r0 = t0 * REFCG_GATHER_ROWS, r1 = t1 * REFCG_GATHER_ROWS < j->rows ? t1 * REFCG_GATHER_ROWS : j->rows;
+  if (__builtin_cpu_supports("avx512vbmi")) {
+    refcg_gather_vbmi(j, r0, r1);
+    return;
+  }
+  const int32_t* take = j->p->take[j->p->ndim - 1];
+  int64_t index[REFCG_COPY_MAX_DIMS];
+  int64_t at = refcg_gather_first(j->p, r0, index);
+  for (int64_t r = r0; r < r1; ++r, at = refcg_gather_next(j->p, at, index))
+    for (int64_t i = 0; i < j->n; ++i) j->out[r * j->n + i] = j->in[at + take[i]];
+}
+
 /* ---- qnn.requantize of 8-bit rows (refcg_rq_job): 8 elements per step under the plan ---- */
 REFCG_INLINE void refcg_rq_run_avx2(const refcg_requant* rq, const refcg_rqv_avx2* r, __m256i count, const uint8_t* in,
                                     int32_t dtype, uint8_t* out, int64_t n, const int plan, const int pre) {
@@ -1812,6 +1851,7 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .requantize = refcg_requantize_avx512,
     .lut = refcg_lut_avx512,
     .reduce = refcg_reduce_avx512,
+    .gather = refcg_gather_avx512,
 };
 
 const refcg_isa_config refcg_isa_avxvnni = {
@@ -1827,6 +1867,7 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .requantize = refcg_requantize_avx2,
     .lut = NULL,
     .reduce = refcg_reduce_avx2,
+    .gather = NULL,
 };
 
 const refcg_isa_config refcg_isa_avx2 = {
@@ -1842,6 +1883,7 @@ const refcg_isa_config refcg_isa_avx2 = {
     .requantize = refcg_requantize_avx2,
     .lut = NULL,
     .reduce = refcg_reduce_avx2,
+    .gather = NULL,
 };
 
 #endif /* REFCG_HAVE_X86 */

@@ -24,27 +24,35 @@ REFCG_API int refcg_reduce_ref(const refcg_reduce_params* p, const void* input, 
   return 0;
 }
 
-/* Bytes per element when values are stored unchanged (same dtype, a clamp that cannot bind), else 0. */
-static int64_t refcg_copy_unchanged(const refcg_copy_params* p) {
-  static const int32_t lo[] = {-128, 0, INT32_MIN, -32768}, hi[] = {127, 255, INT32_MAX, 32767};
-  static const int64_t bytes[] = {1, 1, 4, 2};
-  const int32_t t = p->in_dtype;
-  if (t != p->out_dtype || t < 0 || t > 3) return 0;
-  return p->lo <= lo[t] && p->hi >= hi[t] ? bytes[t] : 0;
+/* Whether every index the last axis reads lies inside the input (no padding there). */
+static int refcg_copy_last_inside(const refcg_copy_params* p) {
+  const int32_t last = p->ndim - 1;
+  const int64_t n = p->out_shape[last], pad = p->pad_before[last], size = p->in_shape[last];
+  if (!p->take[last]) return pad == 0 && n <= size;
+  for (int64_t i = 0; i < n; ++i)
+    if (p->take[last][i] - pad < 0 || p->take[last][i] - pad >= size) return 0;
+  return 1;
 }
 
 /* One output row (the last axis) read from input element `at` on (`inside`: the other axes read inside
- * the input). A compact run inside the input stored unchanged is one memcpy (reshape-like ops, slices,
- * NHWC pixels); unchanged 8-bit values are gathered bytewise (a nearest resize along W); anything else
+ * the input; `last_inside`: so does the last, refcg_copy_last_inside). A compact run stored unchanged is
+ * one memcpy (reshape-like ops, slices, NHWC pixels); unchanged 8-bit values read through an index table
+ * are a plain gather (a channel shuffle of NHWC pixels, a nearest resize along W); anything else
  * (padding, cast, clamp) goes element by element. */
 static void refcg_copy_row(const refcg_copy_params* p, int64_t unchanged, const void* input, int64_t at, int inside,
-                           void* output, int64_t out_at) {
+                           int last_inside, void* output, int64_t out_at) {
   const int32_t last = p->ndim - 1;
   const int64_t n = p->out_shape[last], pad = p->pad_before[last], size = p->in_shape[last];
   const int64_t stride = p->in_stride[last];
   const int32_t* take = p->take[last];
-  if (unchanged && inside && !take && stride == 1 && pad == 0 && n <= size) {
+  if (unchanged && inside && last_inside && !take && stride == 1) {
     memcpy((char*)output + out_at * unchanged, (const char*)input + at * unchanged, (size_t)(n * unchanged));
+    return;
+  }
+  if (unchanged == 1 && inside && last_inside && take) {
+    const uint8_t* in = (const uint8_t*)input + at - pad * stride;
+    uint8_t* out = (uint8_t*)output + out_at;
+    for (int64_t i = 0; i < n; ++i) out[i] = in[take[i] * stride];
     return;
   }
   for (int64_t i = 0; i < n; ++i) {
@@ -63,6 +71,7 @@ REFCG_API int refcg_copy_ref(const refcg_copy_params* p, const void* input, void
   if (p->ndim < 1 || p->ndim > REFCG_COPY_MAX_DIMS) return -1;
   const int32_t last = p->ndim - 1;
   const int64_t unchanged = refcg_copy_unchanged(p);
+  const int last_inside = refcg_copy_last_inside(p);
   int64_t rows = 1;
   for (int32_t k = 0; k < last; ++k) rows *= p->out_shape[k];
   int64_t index[REFCG_COPY_MAX_DIMS] = {0};
@@ -74,7 +83,7 @@ REFCG_API int refcg_copy_ref(const refcg_copy_params* p, const void* input, void
       inside &= j >= 0 && j < p->in_shape[k];
       at += j * p->in_stride[k];
     }
-    refcg_copy_row(p, unchanged, input, at, inside, output, r * p->out_shape[last]);
+    refcg_copy_row(p, unchanged, input, at, inside, last_inside, output, r * p->out_shape[last]);
     for (int32_t k = last - 1; k >= 0 && ++index[k] == p->out_shape[k]; --k) index[k] = 0;
   }
   return 0;

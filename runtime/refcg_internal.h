@@ -37,6 +37,15 @@ static inline void refcg_store(void* base, int64_t i, int32_t dtype, int32_t v) 
 
 static inline int refcg_is_8bit(int32_t dtype) { return dtype == REFCG_S8 || dtype == REFCG_U8; }
 
+/* Bytes per element when a copy stores values unchanged (same dtype, a clamp that cannot bind), else 0. */
+static inline int64_t refcg_copy_unchanged(const refcg_copy_params* p) {
+  static const int32_t lo[] = {-128, 0, INT32_MIN, -32768}, hi[] = {127, 255, INT32_MAX, 32767};
+  static const int64_t bytes[] = {1, 1, 4, 2};
+  const int32_t t = p->in_dtype;
+  if (t != p->out_dtype || t < 0 || t > 3) return 0;
+  return p->lo <= lo[t] && p->hi >= hi[t] ? bytes[t] : 0;
+}
+
 static inline int32_t refcg_clamp(int32_t v, int32_t lo, int32_t hi) {
   return v < lo ? lo : (v > hi ? hi : v);
 }

@@ -498,6 +498,42 @@ def test_copy_gather_matches_numpy(core, layout, dtype):
     assert np.array_equal(out, np.clip(want, -100, 200).astype(dtype))
 
 
+# (outer shape, input row length, output table): the row lengths around the 64-byte chunks and 128-byte
+# windows of the permute kernel, up to its limit and one past it (the reference then)
+GATHER_CASES = [((5, 7), 116, "shuffle"), ((3, 4), 58, "shuffle"), ((2, 9), 232, "shuffle"), ((7, 7), 464, "shuffle"),
+                ((2, 3), 1024, "shuffle"), ((2, 3), 1025, "shuffle"), ((4, 3), 200, 300), ((70,), 129, 64),
+                ((3, 2), 7, 130)]
+
+
+@pytest.mark.parametrize("case", GATHER_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
+def test_copy_gather_variants_bit_exact(core, isa, case):
+    """refcg_copy with an index table on the last axis of an 8-bit tensor read from a strided, offset
+    view of a larger one (a channel shuffle of NHWC pixels; random tables with repeats, more outputs than
+    inputs): numpy's indexing on every variant; the bytes past the output untouched."""
+    outer, size, table = case
+    rng = np.random.default_rng(zlib.crc32(repr(case).encode()))
+    if table == "shuffle":  # groups of 2: (2, size / 2) transposed
+        take = np.arange(size - size % 2).reshape(2, -1).T.reshape(-1).astype(np.int32)
+    else:
+        take = rng.integers(0, size, table).astype(np.int32)
+    big = full_range(rng, (*[d + 1 for d in outer], size + 3), "uint8")
+    view = big[(*[slice(1, None)] * len(outer), slice(2, 2 + size))]  # starts at offset, outer strides larger
+    p = core.ffi.new("refcg_copy_params*")
+    p.ndim = len(outer) + 1
+    p.out_shape, p.in_shape = [*outer, take.size], [*outer, size]
+    p.in_stride = [s // big.itemsize for s in big.strides]
+    p.offset = (view.ctypes.data - big.ctypes.data) // big.itemsize
+    p.in_dtype = p.out_dtype = DTYPE_CODE["uint8"]
+    p.lo, p.hi = 0, 255
+    p.take[len(outer)] = core.ptr(take, "int32_t*")
+    want = view[..., take]
+    for fn in (core.lib.refcg_copy, core.lib.refcg_copy_ref):
+        out = np.full(want.size + 64, 9, "uint8")
+        assert fn(p, core.ffi.from_buffer(big), core.ffi.from_buffer(out)) == 0
+        assert np.array_equal(out[:want.size].reshape(want.shape), want), (isa, fn)
+        assert np.all(out[want.size:] == 9)
+
+
 def test_copy_views_match_the_header_formula(core):
     """refcg_copy_ref on random views (1-4 axes; strides, offset, padding on either side, index tables,
     casts, clamps) against refcg.h's formula evaluated element by element in Python."""

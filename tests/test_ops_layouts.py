@@ -137,3 +137,42 @@ def test_elementwise_kernels_keep_the_layout(tmp_path, rng, monkeypatch):
     steps = plans[0].steps
     assert [s.family for s in steps] == ["conv2d", "lut", "pool2d", "copy", "conv2d", "binary", "requantize", "conv2d"]
     assert all(s.output.perm == CHANNELS_LAST for s in steps[:-1]) and steps[-1].output.perm is None
+
+
+def test_data_movement_keeps_the_layout(tmp_path, rng, monkeypatch):
+    """ShuffleNet's unit between convs: a concatenation, a channel shuffle (reshape -> transpose ->
+    reshape: one gather step), two channel slices; then an H/W transpose and a pad. Every copy reads and
+    writes the channels-last tensors as they are: no conversion between two kernels."""
+    net = QuantNet(13, "NCHW")
+    x = relay.var("x", shape=(1, 8, 6, 7), dtype="int8")
+    a, b = net.conv(x, 8, 6, 3), net.conv(x, 8, 6, 1)
+    scale, zero = relay.const(np.float32(net.act_scale)), relay.const(0)
+    cat = relay.qnn.op.concatenate([a, b], [scale, scale], [zero, zero], scale, zero, axis=1)
+    shuffled = relay.reshape(relay.transpose(relay.reshape(cat, (1, 2, 6, 6, 7)), (0, 2, 1, 3, 4)), (1, 12, 6, 7))
+    left = relay.strided_slice(shuffled, begin=[0], end=[6], axes=[1])
+    right = net.conv(relay.strided_slice(shuffled, begin=[6], end=[12], axes=[1]), 6, 6, 1)
+    y = relay.transpose(net.add(left, right), (0, 1, 3, 2))
+    y = relay.nn.pad(y, ((0, 0), (0, 0), (1, 0), (0, 2)), pad_value=relay.const(-3, "int8"))
+    y = net.conv(y, 6, 4, 3)
+    plans = capture_plans(monkeypatch)
+    compare_with_tvm(net.module(x, y), {"x": random_int(rng, (1, 8, 6, 7), "int8")}, tmp_path, expect_partitions=1)
+    steps = plans[0].steps
+    assert [s.family for s in steps] == ["conv2d", "conv2d", "requantize", "copy", "copy", "copy", "conv2d", "binary",
+                                         "copy", "copy", "conv2d"], [s.family for s in steps]
+    assert steps[3].values["ops"] == "reshape -> transpose -> reshape"
+    # the shuffle: a gather along the last (channel) axis of the channels-last tensor
+    take = steps[3].values["params"]["take"]
+    assert take[:3] == [None] * 3 and take[3] == [0, 6, 1, 7, 2, 8, 3, 9, 4, 10, 5, 11]
+    assert all(s.output.perm == CHANNELS_LAST for s in steps[:-1]) and steps[-1].output.perm is None
+    assert all(buf.perm == CHANNELS_LAST for s in steps[1:] for buf in s.inputs if buf.kind == "scratch")
+
+
+def test_a_reshape_transpose_reshape_that_mixes_axes_is_three_copies(tmp_path, rng, monkeypatch):
+    """(C, H*W) transposed to (H*W, C) and read back as (C, H, W): no per-axis gather, so the three ops
+    are copies of their own, bit-exact."""
+    x = relay.var("x", shape=(1, 6, 4, 5), dtype="int8")
+    y = relay.reshape(relay.transpose(relay.reshape(x, (1, 6, 20)), (0, 2, 1)), (1, 6, 4, 5))
+    plans = capture_plans(monkeypatch)
+    compare_with_tvm(tvm.IRModule.from_expr(relay.Function([x], relay.clip(y, -100, 100))),
+                     {"x": random_int(rng, (1, 6, 4, 5), "int8")}, tmp_path, expect_partitions=1)
+    assert [s.values["ops"] for s in plans[0].steps] == ["transpose", "clip"]  # the reshapes are views

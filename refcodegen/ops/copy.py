@@ -1,8 +1,13 @@
 """refcg.copy: data movement and clamping of one integer tensor (casts, reshape-like ops, transpose,
 layout_transform, strided_slice, nn.pad, nn.depth_to_space, image.resize2d nearest, clip,
-maximum/minimum with a constant): nothing is rounded, TVM's result is reproduced (runtime
-refcg_copy_ref reads the input through a strided view of up to 6 axes, a nearest resize through the
-index tables of resize.py)."""
+maximum/minimum with a constant, and a reshape -> transpose -> reshape that moves whole slices along
+separate axes, such as ShuffleNet's channel shuffle): nothing is rounded, TVM's result is reproduced
+(runtime refcg_copy_ref reads the input through a strided view of up to 6 axes, a nearest resize or a
+shuffle through per-axis index tables).
+
+The per-axis views read their input through its strides and write their output in its physical order,
+so they take any layout the planner gives their tensors (channels last between convs: a shuffle is a
+gather along each pixel's channels, a channel slice one run per pixel)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,8 +20,8 @@ from tvm.relay.dataflow_pattern import is_constant, is_op, wildcard
 from .. import resize
 from ..errors import RefcgError
 from ..numerics import DTYPE_RANGE, float_lowering
-from .base import (DTYPE_CODE, REQUANTIZE_DTYPES, Call, Step, any_of, check_clip, check_tensor, const_value, dtype_of,
-                   first_reason, folded_cast, op_name, operands, out_range, prod, static_shape)
+from .base import (DTYPE_CODE, REQUANTIZE_DTYPES, Call, Step, any_of, check_clip, check_tensor, compact_strides,
+                   const_value, dtype_of, first_reason, folded_cast, op_name, operands, out_range, prod, static_shape)
 
 NAME = "copy"
 NEON_REQUANTIZE = False
@@ -24,15 +29,45 @@ OPS = ("cast", "reshape", "squeeze", "expand_dims", "nn.batch_flatten", "transpo
        "strided_slice", "nn.pad", "nn.depth_to_space", "image.resize2d", "clip", "maximum", "minimum")
 RESHAPE_OPS = ("reshape", "squeeze", "expand_dims", "nn.batch_flatten")
 CLAMP_OPS = ("maximum", "minimum")
+SHUFFLE = "reshape -> transpose -> reshape"
+# views with an index per output axis (plan: any layout of input and output)
+AXIS_VIEW_OPS = ("transpose", "layout_transform", "strided_slice", "nn.pad", "image.resize2d", SHUFFLE)
 
 
 def patterns() -> list:
-    """One data-movement or clamp op (maximum/minimum with a constant on either side)."""
-    pattern = any_of([is_op("nn.pad")(wildcard(), is_constant())]
+    """A reshape -> transpose -> reshape (one gather when it moves slices along separate axes), else one
+    data-movement or clamp op (maximum/minimum with a constant on either side)."""
+    shuffle = is_op("reshape")(is_op("transpose")(is_op("reshape")(wildcard())))
+    single = any_of([is_op("nn.pad")(wildcard(), is_constant())]
                      + [is_op(name)(*args) for name in CLAMP_OPS
                         for args in ((wildcard(), is_constant()), (is_constant(), wildcard()))]
                      + [is_op(name)(wildcard()) for name in OPS if name not in ("nn.pad", *CLAMP_OPS)])
-    return [(pattern, Copy.parse)]
+    return [(shuffle, Copy.parse_shuffle), (single, Copy.parse)]
+
+
+def gather_tables(shape, ops) -> list | None:
+    """Per output axis, the input index each output index reads along the same axis (None: itself),
+    when the reshapes and transposes ``ops`` (innermost first) of a tensor of ``shape`` keep its rank and
+    move whole slices along separate axes (a channel shuffle permutes the channel axis); else None."""
+    src = np.arange(prod(shape), dtype=np.int64).reshape(shape)
+    for call in ops:
+        if op_name(call) == "transpose":
+            axes = call.attrs.axes
+            src = src.transpose(None if axes is None or len(axes) == 0 else [int(a) for a in axes])
+        else:
+            src = src.reshape(static_shape(call))
+    if src.ndim != len(shape):
+        return None
+    index = np.unravel_index(src, shape)  # the input index, per axis, of every output element
+    tables = []
+    for axis, along in enumerate(index):
+        table = along[tuple(slice(None) if a == axis else 0 for a in range(src.ndim))]
+        line = [1] * src.ndim
+        line[axis] = -1
+        if not np.array_equal(along, np.broadcast_to(table.reshape(line), src.shape)):
+            return None  # the index along this axis depends on another axis
+        tables.append(None if np.array_equal(table, np.arange(shape[axis])) else [int(i) for i in table])
+    return tables
 
 
 def strided_slice_spec(call) -> tuple[list[int], list[int]] | None:
@@ -81,7 +116,7 @@ def depth_to_space_view(attrs, shape) -> tuple[list[int], list[int]]:
     offset_x (DCR: that block of the output channels; any other mode: inside each output channel)."""
     layout, bs = str(attrs.layout), int(attrs.block_size)
     n, c, h, w = (shape[layout.index(axis)] for axis in "NCHW")
-    compact = _compact_strides(shape)
+    compact = compact_strides(shape)
     s_n, s_c, s_h, s_w = (compact[layout.index(axis)] for axis in "NCHW")
     out_c = c // (bs * bs)
     if str(attrs.mode) == "DCR":
@@ -130,16 +165,13 @@ def resize_tables(call, target) -> tuple[list, str | None]:
     return tables, None
 
 
-def _compact_strides(shape) -> list[int]:
-    return [prod(shape[k + 1:]) for k in range(len(shape))]
-
-
 @dataclass
 class Copy:
     call: relay.Call
     op: str
     data: relay.Expr  # the tensor operand (maximum/minimum: the non-constant one)
     bound: relay.Constant | None  # the constant of maximum/minimum
+    inner: tuple = ()  # SHUFFLE: its transpose and first reshape (call is the last reshape)
 
     @classmethod
     def parse(cls, call) -> "Copy":
@@ -149,8 +181,18 @@ class Copy:
             data, bound = (call.args[1], call.args[0]) if first_constant else (call.args[0], call.args[1])
         return cls(call, op, data, bound)
 
+    @classmethod
+    def parse_shuffle(cls, call) -> "Copy":
+        transpose = call.args[0]
+        first = transpose.args[0]
+        return cls(call, SHUFFLE, first.args[0], None, (transpose, first))
+
     def members(self) -> list:
-        return [self.call]
+        return [self.call, *self.inner]
+
+    def gather(self) -> list | None:
+        """SHUFFLE's per-axis index tables (gather_tables), None when it is not one gather."""
+        return gather_tables(static_shape(self.data), [*self.inner[::-1], self.call])
 
     def reason(self, ctx) -> str | None:
         call, op, data = self.call, self.op, self.data
@@ -180,6 +222,8 @@ class Copy:
                 return f"layout_transform {src} -> {dst} is not a permutation of plain axes"
         if op == "strided_slice":
             return _strided_slice_reason(call)
+        if op == SHUFFLE and self.gather() is None:
+            return "reshape -> transpose -> reshape mixes axes (not a gather along each axis)"
         if op == "nn.depth_to_space" and str(call.attrs.layout) not in ("NCHW", "NHWC"):
             return f"depth_to_space layout {call.attrs.layout} is not NCHW or NHWC"
         if op == "image.resize2d":
@@ -198,11 +242,12 @@ class Copy:
                 return "negative pad width"
         return None
 
-    def view(self, shape, target) -> dict:
-        """Output shape and the input strides/offset/padding (index tables) that read it."""
-        call, op = self.call, self.op
+    def view(self, src, target) -> dict:
+        """Output shape (logical) and the strides/offset/padding/index tables that read it from ``src``
+        (a Buffer, in its physical layout)."""
+        call, op, shape = self.call, self.op, src.shape
         out = tuple(int(d) for d in call.checked_type.shape)
-        strides = _compact_strides(shape)
+        strides = src.strides
         view = {"out_shape": list(out), "in_stride": strides, "pad_before": [0] * len(out), "in_shape": list(shape),
                 "offset": 0, "take": [None] * len(out)}
         if op in RESHAPE_OPS or op in ("cast", "clip", *CLAMP_OPS):
@@ -221,6 +266,9 @@ class Copy:
             view["in_stride"] = [strides[a] for a in order]
             view["in_shape"] = [shape[a] for a in order]
             return view
+        if op == SHUFFLE:
+            view["take"] = self.gather()
+            return view
         if op == "strided_slice":
             begin, step = strided_slice_spec(call)
             view["in_stride"] = [s * k for s, k in zip(strides, step)]
@@ -230,7 +278,7 @@ class Copy:
         if op == "nn.pad":
             view["pad_before"] = [int(before) for before, _ in call.attrs.pad_width]
             return view
-        if op == "nn.depth_to_space":
+        if op == "nn.depth_to_space":  # a logical input (layout_ok)
             out_shape, in_stride = depth_to_space_view(call.attrs, shape)
             # every output index reads inside the input: no padding bound
             return {"out_shape": out_shape, "in_stride": in_stride, "pad_before": [0] * 6, "in_shape": out_shape,
@@ -250,7 +298,10 @@ class Copy:
         return self.op in RESHAPE_OPS
 
     def layout_ok(self, src_perms, dst_perm) -> bool:
-        """The elementwise ops (one flat run): any layout their input and output share."""
+        """The elementwise ops (one flat run): any layout their input and output share; the per-axis
+        views: any layouts (``physical``)."""
+        if self.op in AXIS_VIEW_OPS:
+            return True
         return self.op in ("cast", "clip", *CLAMP_OPS) and list(src_perms) == [dst_perm]
 
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
@@ -264,12 +315,23 @@ class Copy:
             hi = min(hi, int(const_value(self.bound).reshape(-1)[0]))
         src = operands(func, srcs, [self.data])[0]
         pad_value = int(float(const_value(self.call.args[1]).reshape(-1)[0])) if op == "nn.pad" else 0
-        params = {**self.view(src.shape, target), "in_dtype": DTYPE_CODE[src.dtype],
+        params = {**physical(self.view(src, target), dst), "in_dtype": DTYPE_CODE[src.dtype],
                   "out_dtype": DTYPE_CODE[dst.dtype], "lo": lo, "hi": hi, "pad_value": pad_value}
         return Step(name, NAME, [src], dst, {"params": params, "ops": op},
-                    [Call("refcg_copy_ref", ["params"], [src], dst)])
+                    [Call("refcg_copy", ["params"], [src], dst)])
+
+
+def physical(view: dict, dst) -> dict:
+    """``view`` (per logical output axis) with its axes in ``dst``'s physical order."""
+    if dst.perm is None or len(view["out_shape"]) != len(dst.perm):  # logical, or one flat run
+        return view
+    axis_keys = ("out_shape", "in_stride", "pad_before", "in_shape", "take")
+    return {**view, **{key: [view[key][axis] for axis in dst.perm] for key in axis_keys}}
 
 
 def parse(body) -> Copy:
     """The parameter object of a composite's body (at plan time, after the scoped fold)."""
+    inner = body.args[0] if op_name(body) == "reshape" else None
+    if isinstance(inner, relay.Call) and op_name(inner) == "transpose":
+        return Copy.parse_shuffle(body)
     return Copy.parse(body)

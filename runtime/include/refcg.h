@@ -201,6 +201,10 @@ typedef struct {
 } refcg_copy_params;
 
 REFCG_API int refcg_copy_ref(const refcg_copy_params* p, const void* input, void* output);
+/* refcg_copy_ref's result; unchanged 8-bit values read through an index table on the last axis and
+ * plain strides on the others (a channel shuffle of NHWC pixels) are gathered with the variant's byte
+ * permutes, rows split over the threads. */
+REFCG_API int refcg_copy(const refcg_copy_params* p, const void* input, void* output);
 
 /* Table-driven unary ops on 8-bit tensors: out[i] = table[bit pattern of in[i]] (refcodegen/lut.py). */
 typedef struct {
