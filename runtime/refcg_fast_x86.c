@@ -840,11 +840,11 @@ REFCG_INLINE __mmask64 refcg_mask64(int64_t n) {
 
 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi"))) static void
 refcg_gather_vbmi(const refcg_gather_job* j, int64_t r0, int64_t r1) {
-  const int64_t halves = (j->size + 63) / 64, windows = (halves + 1) / 2, chunks = (j->n + 63) / 64;
+  const int64_t windows = (j->size + 127) / 128, chunks = (j->n + 63) / 64;
   int64_t index[REFCG_COPY_MAX_DIMS];
   int64_t at = refcg_gather_first(j->p, r0, index);
   for (int64_t r = r0; r < r1; ++r, at = refcg_gather_next(j->p, at, index)) {
-    __m512i q[REFCG_GATHER_MAX / 64 + 1];
+    __m512i q[REFCG_GATHER_MAX / 64];
     for (int64_t h = 0; h < 2 * windows; ++h) q[h] = _mm512_maskz_loadu_epi8(refcg_mask64(j->size - 64 * h), j->in + at + 64 * h);
     for (int64_t k = 0; k < chunks; ++k) {
       const __m512i idx = _mm512_loadu_si512(j->idx + 64 * k);
