@@ -37,7 +37,7 @@ static const refcg_isa_config refcg_isa_scalar = {
     .supported = refcg_cpu_any,
     .signed_domain = 0,
     .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL},
-    .dw = {.rows = refcg_dw_portable, .planes = NULL, .pairs = 0, .qmax = 0},
+    .dw = {.rows = refcg_dw_portable, .planes = NULL, .pairs = 0, .quads = 0, .qmax = 0},
     .binary_rows = NULL,
     .pool = NULL,
     .quantize = NULL,
@@ -420,6 +420,14 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
     }
     refcg_dw_pair_weights(f->dw_w, taps, cp, wpair);
   }
+  int8_t* wquad = NULL; /* the same for row quads, where every weight fits int8 */
+  if (depthwise && isa->dw.quads && p->kernel_h == p->kernel_w && (p->kernel_w == 3 || p->kernel_w == 5)) {
+    wquad = (int8_t*)refcg_ws_alloc((size_t)refcg_dw_quads_size(p->kernel_h, p->kernel_w, cp));
+    if (wquad && !refcg_dw_quad_weights(f->dw_w, p->kernel_h, p->kernel_w, cp, wquad)) {
+      refcg_ws_free(wquad);
+      wquad = NULL;
+    }
+  }
   int64_t seg_off[256];
   for (int32_t n = 0; n < p->batch; ++n) {
     const refcg_pad_job pj = {p, (const uint8_t*)input + n * p->in_stride[0], a, hp, wp, cp, p->in_c, flip,
@@ -429,7 +437,7 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
                                          unpack ? 1 : p->out_stride[3]);
     if (depthwise) {
       refcg_dw_job dj = {a, isa->signed_domain, wp, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
-                         p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, wpair ? wpair : f->dw_w, f->dw_w, epi,
+                         p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, wpair ? wpair : f->dw_w, f->dw_w, wquad, epi,
                          p->out_stride[1], p->out_stride[2], {0}};
       for (int32_t t = 0; t < p->kernel_h * p->kernel_w; ++t)
         dj.tap_off[t] = ((int64_t)t / p->kernel_w * p->dilation_h * wp + (int64_t)t % p->kernel_w * p->dilation_w) * cp;
@@ -457,6 +465,7 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
                                      {refcg_unpack_rows, &uj, p->out_h}};
     refcg_parallel_phases(phases + in_place, (unpack ? 3 : 2) - in_place);
   }
+  if (wquad) refcg_ws_free(wquad); /* last in, first out */
   if (wpair) refcg_ws_free(wpair);
   if (rows) refcg_ws_free(rows);
   if (a) refcg_ws_free(a);

@@ -213,6 +213,23 @@ REFCG_INLINE refcg_fpm_one refcg_fpm_one_of(const refcg_requant* rq, int32_t c) 
   return one;
 }
 
+/* The int64 UPWARD right-shift plan (l1 = 0) with both zero points folded into its rounding
+ * constant: ((x - izp) * m + k) >> (32 + r) + ozp == (x * m + k') >> (32 + r) with
+ * k' = k - izp * m + ozp * 2^(32 + r) (refcg_fpm_fold_k), which saves the vector epilogue a
+ * subtract and an add. Exact where x - izp does not wrap in int32 (izp = 0, or the caller's x are
+ * 8-bit) and nothing overflows: for r <= 27 (k = 2^(31 + r) <= 2^58), |izp| <= 2^29 and
+ * |ozp| * 2^r < 2^28, |k'| < 2^62 and |x * m| < 2^62, so the int64 sum cannot wrap, nor can the
+ * + ozp it replaces (|sum| >> (32 + r) < 2^31 - 2^28). */
+REFCG_INLINE int refcg_fpm_fold_ok(int32_t rmax, int32_t izp, int32_t ozp) {
+  if (izp == 0 && ozp == 0) return 1;
+  const int64_t o = ozp < 0 ? -(int64_t)ozp : ozp;
+  return rmax >= 0 && rmax <= 27 && izp >= -(1 << 29) && izp <= (1 << 29) && (o << rmax) < (1 << 28);
+}
+
+REFCG_INLINE int64_t refcg_fpm_fold_k(int64_t k, int32_t r, int32_t m, int32_t izp, int32_t ozp) {
+  return k - (int64_t)izp * m + (int64_t)ozp * ((int64_t)1 << (32 + r));
+}
+
 /* A qnn.add/subtract operand requantized in int64 UPWARD with a left shift first (l1 > 0: a scale
  * ratio >= 0.5, as in most residual adds) runs the right-shift plan on v = (x - zp) << l1: the
  * product's shift moved before the multiply, exact where v fits int32 (8-bit x and |zp| <= 255:
@@ -325,6 +342,7 @@ typedef struct {
   int32_t out_w, c, kh, kw, sh, sw, dh, dw;
   const int16_t* w;       /* [kh*kw][cp], or the tap pairs of refcg_dw_pair_weights (refcg_dw_config.pairs) */
   const int16_t* w_taps;  /* [kh*kw][cp] always */
+  const int8_t* wq;       /* the row quads of refcg_dw_quad_weights (refcg_dw_config.quads), or NULL */
   refcg_epi epi;
   int64_t o_h, o_w;       /* output element strides per row / pixel */
   int64_t tap_off[REFCG_DW_MAX_TAPS + 1]; /* bytes from a pixel's first tap to tap t; an odd count's last repeated */
@@ -349,6 +367,25 @@ REFCG_INLINE void refcg_dw_pair_weights(const int16_t* w, int32_t taps, int32_t 
       d[0] = w[(int64_t)t * cp + c];
       d[1] = t + 1 < taps ? w[(int64_t)(t + 1) * cp + c] : 0;
     }
+}
+
+/* vpdpbusd takes four u8 x s8 products per 32-bit lane: channel c's weights of kernel rows
+ * 4 g .. 4 g + 3 (0 past kh) at column kw, as [group g][kw][cp][4]; the kernel reads 16 channels'
+ * 64 bytes at once. Square kernels of 3 or 5 only (the column kernels' shapes). 0 where some weight
+ * does not fit int8 (vpdpbusd's signed operand; the packer's w' always do, refcg.h's dw_w is int16),
+ * and the caller keeps the int16 taps. */
+REFCG_INLINE int64_t refcg_dw_quads_size(int32_t kh, int32_t kw, int32_t cp) { return (int64_t)(kh + 3) / 4 * kw * cp * 4; }
+
+REFCG_INLINE int refcg_dw_quad_weights(const int16_t* w, int32_t kh, int32_t kw, int32_t cp, int8_t* out) {
+  for (int64_t t = 0; t < (int64_t)kh * kw * cp; ++t)
+    if (w[t] < -128 || w[t] > 127) return 0;
+  for (int32_t g = 0; g < (kh + 3) / 4; ++g)
+    for (int32_t x = 0; x < kw; ++x)
+      for (int32_t c = 0; c < cp; ++c)
+        for (int32_t r = 0; r < 4; ++r)
+          out[(((int64_t)g * kw + x) * cp + c) * 4 + r] =
+              4 * g + r < kh ? (int8_t)w[(int64_t)((4 * g + r) * kw + x) * cp + c] : (int8_t)0;
+  return 1;
 }
 
 /* Accumulators of 16 channels [c0, c0 + 16) of one output pixel whose first tap is at base. */
@@ -941,6 +978,7 @@ typedef struct {
   refcg_range_fn rows;         /* rows of refcg_dw_job over the padded NHWC copy */
   refcg_range_fn planes;       /* planar layouts, refcg_dwp_job (NULL: rows on the NHWC copy) */
   int32_t pairs;               /* rows reads the weights as tap pairs (refcg_dw_pair_weights) */
+  int32_t quads;               /* rows takes row quads (refcg_dw_quad_weights) where they fit */
   int32_t qmax;                /* taps per 32-bit lane of planes: 4 bytes, or 2 int16 (AVX2 vpmaddwd) */
 } refcg_dw_config;
 

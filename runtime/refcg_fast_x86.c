@@ -74,7 +74,27 @@ REFCG_INLINE __m256i refcg_odd64_avx2(__m256i v) { return _mm256_srli_epi64(v, 3
 REFCG_INLINE __m256i refcg_lanes_avx2(int32_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
-REFCG_INLINE refcg_rqv_avx2 refcg_rqv_load_avx2(const refcg_requant* rq, int32_t c, int32_t n, int lanes) {
+/* refcg_fpm_fold_k on the even or odd int64 halves: k, r's and m's lanes in the even slots. */
+REFCG_INLINE __m256i refcg_fold_k_avx2(__m256i k, __m256i r64, __m256i m, int32_t izp, int32_t ozp) {
+  const __m256i o = _mm256_sllv_epi64(_mm256_set1_epi64x(ozp), _mm256_add_epi64(r64, _mm256_set1_epi64x(32)));
+  return _mm256_sub_epi64(_mm256_add_epi64(k, o), _mm256_mul_epi32(_mm256_set1_epi32(izp), m));
+}
+
+/* Folds izp and ozp into the right-shift plan's rounding constants (refcg_fpm_fold_ok): 0 where it
+ * cannot, and r is left as it was. */
+REFCG_INLINE int refcg_rq_fold_avx2(refcg_rqv_avx2* r, int32_t izp, int32_t ozp) {
+  int32_t rs[8], rmax = 0;
+  _mm256_storeu_si256((__m256i*)rs, r->c.q.r);
+  for (int l = 0; l < 8; ++l) rmax = rs[l] > rmax ? rs[l] : rmax;
+  if (!refcg_fpm_fold_ok(rmax, izp, ozp)) return 0;
+  r->c.q.k_e = refcg_fold_k_avx2(r->c.q.k_e, refcg_even64_avx2(r->c.q.r), r->c.q.m_e, izp, ozp);
+  r->c.q.k_o = refcg_fold_k_avx2(r->c.q.k_o, refcg_odd64_avx2(r->c.q.r), r->c.q.m_o, izp, ozp);
+  return 1;
+}
+
+/* narrow: the values requantized are 8-bit (x - izp cannot wrap), so a nonzero input zero point
+ * folds too (refcg_fpm_fold_ok). */
+REFCG_INLINE refcg_rqv_avx2 refcg_rqv_load8_avx2(const refcg_requant* rq, int32_t c, int32_t n, int lanes, int narrow) {
   refcg_rqv_avx2 r;
   const __m256i zero = _mm256_setzero_si256();
   r.general = 0;
@@ -96,15 +116,16 @@ REFCG_INLINE refcg_rqv_avx2 refcg_rqv_load_avx2(const refcg_requant* rq, int32_t
                        : _mm256_set1_pd(rq->scale_f64[c]);
     return r;
   }
-  const int up = rq->mode == REFCG_RQ_INT64_UPWARD;
+  const int up = rq->mode == REFCG_RQ_INT64_UPWARD, fold = narrow || rq->input_zp == 0;
   if (!lanes) { /* one channel: the plan in scalars, broadcast */
     const refcg_fpm_one one = refcg_fpm_one_of(rq, c);
+    r.general = one.general || !fold || !refcg_fpm_fold_ok(one.r, rq->input_zp, rq->output_zp);
     r.c.q.m_e = r.c.q.m_o = _mm256_set1_epi32(rq->multiplier[c]);
-    r.c.q.k_e = r.c.q.k_o = _mm256_set1_epi64x(one.k);
+    r.c.q.k_e = r.c.q.k_o = _mm256_set1_epi64x(
+        r.general ? one.k : refcg_fpm_fold_k(one.k, one.r, rq->multiplier[c], rq->input_zp, rq->output_zp));
     r.c.q.l1 = _mm256_set1_epi32(one.l1);
     r.c.q.l2 = _mm256_set1_epi32(one.l2);
     r.c.q.r = _mm256_set1_epi32(one.r);
-    r.general = one.general;
     return r;
   }
   /* lanes past n get shift -1: no left shift */
@@ -120,7 +141,13 @@ REFCG_INLINE refcg_rqv_avx2 refcg_rqv_load_avx2(const refcg_requant* rq, int32_t
   r.c.q.m_o = _mm256_shuffle_epi32(m, 0xF5); /* odd lanes into the even slots _mm256_mul_epi32 reads */
   r.c.q.k_e = _mm256_sllv_epi64(one64, refcg_even64_avx2((__m256i)kx));
   r.c.q.k_o = _mm256_sllv_epi64(one64, refcg_odd64_avx2((__m256i)kx));
+  if (!r.general) r.general = !fold || !refcg_rq_fold_avx2(&r, rq->input_zp, rq->output_zp);
   return r;
+}
+
+/* ... of int32 accumulators: a nonzero input zero point leaves the general plan. */
+REFCG_INLINE refcg_rqv_avx2 refcg_rqv_load_avx2(const refcg_requant* rq, int32_t c, int32_t n, int lanes) {
+  return refcg_rqv_load8_avx2(rq, c, n, lanes, 0);
 }
 
 /* One int64 half of REFCG_FPM_PLAN in general: ((p << l1) + k (- 1 if negative: TONEAREST)) << l2. */
@@ -157,9 +184,9 @@ REFCG_INLINE __m256i refcg_fpm_half_avx2(__m256i p, __m256i l1, __m256i k, __m25
   } while (0)
 
 /* The high halves of the even and odd int64 lanes pe, po, shifted right by r->c.q.r, + the output zp. */
-REFCG_INLINE __m256i refcg_fpm_merge_avx2(const refcg_requant* rq, const refcg_rqv_avx2* r, __m256i pe, __m256i po) {
-  const __m256i v = _mm256_srav_epi32(_mm256_blend_epi32(_mm256_shuffle_epi32(pe, 0xF5), po, 0xAA), r->c.q.r);
-  return _mm256_add_epi32(v, _mm256_set1_epi32(rq->output_zp));
+/* The high halves of the even and odd int64 lanes pe, po, shifted right by r->c.q.r. */
+REFCG_INLINE __m256i refcg_fpm_merge_avx2(const refcg_rqv_avx2* r, __m256i pe, __m256i po) {
+  return _mm256_srav_epi32(_mm256_blend_epi32(_mm256_shuffle_epi32(pe, 0xF5), po, 0xAA), r->c.q.r);
 }
 
 REFCG_INLINE __m256i refcg_clamp_avx2(const refcg_requant* rq, __m256i v) {
@@ -167,12 +194,12 @@ REFCG_INLINE __m256i refcg_clamp_avx2(const refcg_requant* rq, __m256i v) {
 }
 
 /* The int64 modes' REFCG_FPM_PLAN in UPWARD with right shifts only (not identity, not general):
- * even and odd int64 products plus the rounding 2^kx; clamped. */
+ * even and odd int64 products plus the rounding 2^kx with both zero points folded in
+ * (refcg_fpm_fold_ok); clamped. */
 REFCG_INLINE __m256i refcg_rq_up_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r) {
-  const __m256i v = _mm256_sub_epi32(acc, _mm256_set1_epi32(rq->input_zp));
-  const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(v, r->c.q.m_e), r->c.q.k_e);
-  const __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_shuffle_epi32(v, 0xF5), r->c.q.m_o), r->c.q.k_o);
-  return refcg_clamp_avx2(rq, refcg_fpm_merge_avx2(rq, r, pe, po));
+  const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(acc, r->c.q.m_e), r->c.q.k_e);
+  const __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_shuffle_epi32(acc, 0xF5), r->c.q.m_o), r->c.q.k_o);
+  return refcg_clamp_avx2(rq, refcg_fpm_merge_avx2(r, pe, po));
 }
 
 /* rq and r take refcg_rq_up_avx2 (constant per block: callers branch on it once, outside their loops) */
@@ -192,7 +219,7 @@ REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, c
       __m256i pe = _mm256_mul_epi32(v, r->c.q.m_e), po = _mm256_mul_epi32(_mm256_shuffle_epi32(v, 0xF5), r->c.q.m_o);
       pe = refcg_fpm_half_avx2(pe, refcg_even64_avx2(l1), r->c.q.k_e, refcg_even64_avx2(l2), tonearest);
       po = refcg_fpm_half_avx2(po, refcg_odd64_avx2(l1), r->c.q.k_o, refcg_odd64_avx2(l2), tonearest);
-      return refcg_clamp_avx2(rq, refcg_fpm_merge_avx2(rq, r, pe, po));
+      return refcg_clamp_avx2(rq, _mm256_add_epi32(refcg_fpm_merge_avx2(r, pe, po), _mm256_set1_epi32(rq->output_zp)));
     }
     v = _mm256_add_epi32(v, _mm256_set1_epi32(rq->output_zp));
   } else if (rq->mode == REFCG_RQ_FLOAT64_UPWARD || rq->mode == REFCG_RQ_FLOAT64_TONEAREST) {
@@ -804,19 +831,20 @@ static void refcg_reduce_avx2(const void* ctx, int64_t t0, int64_t t1) {
 /* refcg_bin_preshift on rq and r (see refcg_bin_preshift_avx512); the shift count in every lane. */
 REFCG_INLINE __m256i refcg_bin_preshift_avx2(refcg_requant* rq, refcg_rqv_avx2* r) {
   const int32_t l1 = refcg_bin_preshift(rq);
-  if (l1) {
+  const int ok = l1 && refcg_rq_fold_avx2(r, (int32_t)((uint32_t)rq->input_zp << l1), rq->output_zp);
+  if (ok) {
     r->general = 0;
     rq->input_zp = (int32_t)((uint32_t)rq->input_zp << l1);
   }
-  return _mm256_set1_epi32(l1);
+  return _mm256_set1_epi32(ok ? l1 : 0);
 }
 
 static void refcg_bin_avx2(const void* ctx, int64_t r0, int64_t r1) {
   const refcg_bin_job* j = (const refcg_bin_job*)ctx;
   const refcg_binary_params* p = j->p;
   refcg_binc_avx2 k;
-  k.ra = refcg_rqv_load_avx2(&p->rq_a, 0, 8, 0);
-  k.rb = refcg_rqv_load_avx2(&p->rq_b, 0, 8, 0);
+  k.ra = refcg_rqv_load8_avx2(&p->rq_a, 0, 8, 0, p->op != REFCG_BIN_MUL); /* mul: a product, not 8-bit */
+  k.rb = refcg_rqv_load8_avx2(&p->rq_b, 0, 8, 0, 1);
   k.qa = p->rq_a;
   k.qb = p->rq_b;
   k.plan = p->op == REFCG_BIN_MUL ? refcg_rq_plan_avx2(&k.qa, &k.ra)
@@ -884,7 +912,7 @@ static void refcg_requantize_avx2(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_rq_job* j = (const refcg_rq_job*)ctx;
   const refcg_requantize_params* p = j->p;
   refcg_requant rq = p->rq;
-  refcg_rqv_avx2 r = refcg_rqv_load_avx2(&rq, 0, 8, 0);
+  refcg_rqv_avx2 r = refcg_rqv_load8_avx2(&rq, 0, 8, 0, 1);
   const int plan = refcg_rq_plan_avx2(&rq, &r);
   const __m256i count = refcg_bin_preshift_avx2(&rq, &r); /* 8-bit input: as a binary operand */
   const int pre = plan != refcg_rq_plan_avx2(&rq, &r);
@@ -1009,8 +1037,25 @@ typedef struct {
 REFCG_INLINE __m512i refcg_even64_avx512(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi64(0xffffffffLL)); }
 REFCG_INLINE __m512i refcg_odd64_avx512(__m512i v) { return _mm512_srli_epi64(v, 32); }
 
-/* Lanes are channels c + l (lanes = 1, masked) or all channel c (lanes = 0). */
-REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load_avx512(const refcg_requant* rq, int32_t c, __mmask16 mask, int lanes) {
+/* refcg_fpm_fold_k on the even or odd int64 halves: k, r's and m's lanes in the even slots. */
+REFCG_INLINE __m512i refcg_fold_k_avx512(__m512i k, __m512i r64, __m512i m, int32_t izp, int32_t ozp) {
+  const __m512i o = _mm512_sllv_epi64(_mm512_set1_epi64(ozp), _mm512_add_epi64(r64, _mm512_set1_epi64(32)));
+  return _mm512_sub_epi64(_mm512_add_epi64(k, o), _mm512_mul_epi32(_mm512_set1_epi32(izp), m));
+}
+
+/* Folds izp and ozp into the right-shift plan's rounding constants (refcg_fpm_fold_ok): 0 where it
+ * cannot, and r is left as it was. */
+REFCG_INLINE int refcg_rq_fold_avx512(refcg_rqv_avx512* r, int32_t izp, int32_t ozp) {
+  if (!refcg_fpm_fold_ok(_mm512_reduce_max_epi32(r->c.q.r), izp, ozp)) return 0;
+  r->c.q.k_e = refcg_fold_k_avx512(r->c.q.k_e, refcg_even64_avx512(r->c.q.r), r->c.q.m_e, izp, ozp);
+  r->c.q.k_o = refcg_fold_k_avx512(r->c.q.k_o, refcg_odd64_avx512(r->c.q.r), r->c.q.m_o, izp, ozp);
+  return 1;
+}
+
+/* Lanes are channels c + l (lanes = 1, masked) or all channel c (lanes = 0). narrow: the values
+ * requantized are 8-bit (x - izp cannot wrap), so a nonzero input zero point folds too. */
+REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load8_avx512(const refcg_requant* rq, int32_t c, __mmask16 mask, int lanes,
+                                                     int narrow) {
   refcg_rqv_avx512 r;
   const __m512i zero = _mm512_setzero_si512();
   r.mode = rq->mode;
@@ -1045,15 +1090,16 @@ REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load_avx512(const refcg_requant* rq, int
     return r;
   }
   if (rq->identity) return r;
-  const int up = rq->mode == REFCG_RQ_INT64_UPWARD;
+  const int up = rq->mode == REFCG_RQ_INT64_UPWARD, fold = narrow || rq->input_zp == 0;
   if (!lanes) { /* one channel: the plan in scalars, broadcast */
     const refcg_fpm_one one = refcg_fpm_one_of(rq, c);
+    r.general = one.general || !fold || !refcg_fpm_fold_ok(one.r, rq->input_zp, rq->output_zp);
     r.c.q.m_e = r.c.q.m_o = _mm512_set1_epi32(rq->multiplier[c]);
-    r.c.q.k_e = r.c.q.k_o = _mm512_set1_epi64(one.k);
+    r.c.q.k_e = r.c.q.k_o = _mm512_set1_epi64(
+        r.general ? one.k : refcg_fpm_fold_k(one.k, one.r, rq->multiplier[c], rq->input_zp, rq->output_zp));
     r.c.q.l1 = _mm512_set1_epi32(one.l1);
     r.c.q.l2 = _mm512_set1_epi32(one.l2);
     r.c.q.r = _mm512_set1_epi32(one.r);
-    r.general = one.general;
     return r;
   }
   /* masked-off lanes get shift -1: no left shift */
@@ -1069,7 +1115,13 @@ REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load_avx512(const refcg_requant* rq, int
   r.c.q.m_o = _mm512_shuffle_epi32(m, _MM_PERM_DDBB); /* odd lanes into the even slots vpmuldq reads */
   r.c.q.k_e = _mm512_sllv_epi64(one64, refcg_even64_avx512((__m512i)kx));
   r.c.q.k_o = _mm512_sllv_epi64(one64, refcg_odd64_avx512((__m512i)kx));
+  if (!r.general) r.general = !fold || !refcg_rq_fold_avx512(&r, rq->input_zp, rq->output_zp);
   return r;
+}
+
+/* ... of int32 accumulators: a nonzero input zero point leaves the general plan. */
+REFCG_INLINE refcg_rqv_avx512 refcg_rqv_load_avx512(const refcg_requant* rq, int32_t c, __mmask16 mask, int lanes) {
+  return refcg_rqv_load8_avx512(rq, c, mask, lanes, 0);
 }
 
 /* One int64 half of REFCG_FPM_PLAN in general: ((p << l1) + k (- 1 if negative: TONEAREST)) << l2. */
@@ -1110,17 +1162,17 @@ REFCG_INLINE __m512i refcg_fpm_half_avx512(__m512i p, __m512i l1, __m512i k, __m
     }                                                                                                  \
   } while (0)
 
-/* The high halves of the even and odd int64 lanes pe, po, shifted right by r->c.q.r, + the output zp. */
+/* The high halves of the even and odd int64 lanes pe, po, shifted right by r->c.q.r. */
 REFCG_INLINE __m512i refcg_fpm_merge_avx512(const refcg_rqv_avx512* r, __m512i pe, __m512i po) {
-  return _mm512_add_epi32(_mm512_srav_epi32(_mm512_mask_shuffle_epi32(po, 0x5555, pe, _MM_PERM_DDBB), r->c.q.r), r->ozp);
+  return _mm512_srav_epi32(_mm512_mask_shuffle_epi32(po, 0x5555, pe, _MM_PERM_DDBB), r->c.q.r);
 }
 
 /* The int64 modes' REFCG_FPM_PLAN in UPWARD with right shifts only (r not identity, not general):
- * even and odd int64 products plus the rounding 2^kx, then their high halves shifted. */
+ * even and odd int64 products plus the rounding 2^kx with both zero points folded in
+ * (refcg_fpm_fold_ok), then their high halves shifted. */
 REFCG_INLINE __m512i refcg_rq_up_avx512(const refcg_rqv_avx512* r, __m512i acc) {
-  const __m512i v = _mm512_sub_epi32(acc, r->izp);
-  const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(v, r->c.q.m_e), r->c.q.k_e);
-  const __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_shuffle_epi32(v, _MM_PERM_DDBB), r->c.q.m_o), r->c.q.k_o);
+  const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(acc, r->c.q.m_e), r->c.q.k_e);
+  const __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_shuffle_epi32(acc, _MM_PERM_DDBB), r->c.q.m_o), r->c.q.k_o);
   return refcg_fpm_merge_avx512(r, pe, po);
 }
 
@@ -1142,7 +1194,7 @@ REFCG_INLINE __m512i refcg_rq_unclamped_avx512(const refcg_rqv_avx512* r, __m512
       __m512i po = _mm512_mul_epi32(_mm512_shuffle_epi32(v, _MM_PERM_DDBB), r->c.q.m_o);
       pe = refcg_fpm_half_avx512(pe, refcg_even64_avx512(l1), r->c.q.k_e, refcg_even64_avx512(l2), tonearest);
       po = refcg_fpm_half_avx512(po, refcg_odd64_avx512(l1), r->c.q.k_o, refcg_odd64_avx512(l2), tonearest);
-      return refcg_fpm_merge_avx512(r, pe, po);
+      return _mm512_add_epi32(refcg_fpm_merge_avx512(r, pe, po), r->ozp);
     }
     v = _mm512_add_epi32(v, r->ozp);
   } else if (r->mode == REFCG_RQ_FLOAT64_UPWARD || r->mode == REFCG_RQ_FLOAT64_TONEAREST) {
@@ -1207,8 +1259,7 @@ REFCG_INLINE void refcg_store16_bytes_avx512(uint8_t* out, __mmask16 mask, __m51
  * n of them stored (64 or more: all): the saturating packs clamp to the dtype's range, then r's
  * range on the 64 bytes at once (the same result, the range lying inside the dtype's), one dword
  * permute and one store, instead of a clamp, a vpmovdb and a store per vector. */
-REFCG_INLINE void refcg_store_bytes_avx512(uint8_t* out, const __m512i* v, int NV, const refcg_rqv_avx512* r,
-                                           int is_unsigned, int64_t n) {
+REFCG_INLINE __m512i refcg_pack_bytes_avx512(const __m512i* v, int NV, const refcg_rqv_avx512* r, int is_unsigned) {
   const __m512i zero = _mm512_setzero_si512();
   const __m512i a = _mm512_packs_epi32(v[0], NV > 1 ? v[1] : zero), b = NV > 2 ? _mm512_packs_epi32(v[2], NV > 3 ? v[3] : zero) : zero;
   __m512i bytes = is_unsigned ? _mm512_packus_epi16(a, b) : _mm512_packs_epi16(a, b);
@@ -1216,12 +1267,33 @@ REFCG_INLINE void refcg_store_bytes_avx512(uint8_t* out, const __m512i* v, int N
                       : _mm512_max_epi8(_mm512_min_epi8(bytes, r->hi8), r->lo8);
   /* 128-bit lane l holds 4 values of each vector k at dword 4 l + k: back to dword 4 k + l */
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_epi32(order, bytes);
+}
+
+REFCG_INLINE void refcg_store_bytes_avx512(uint8_t* out, const __m512i* v, int NV, const refcg_rqv_avx512* r,
+                                           int is_unsigned, int64_t n) {
+  const __m512i bytes = refcg_pack_bytes_avx512(v, NV, r, is_unsigned);
   if (n >= 16 * NV && NV == 4) {
-    _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, bytes));
+    _mm512_storeu_si512(out, bytes);
     return;
   }
   const __mmask64 mask = n >= 16 * NV ? (__mmask64)(~0ULL >> (64 - 16 * NV)) : (__mmask64)((1ULL << n) - 1ULL);
-  _mm512_mask_storeu_epi8(out, mask, _mm512_permutexvar_epi32(order, bytes));
+  _mm512_mask_storeu_epi8(out, mask, bytes);
+}
+
+/* The same for 4 vectors that are 16 channels of 4 pixels (lanes in mask) stored step bytes apart:
+ * one pack and clamp, then a 16-byte store per pixel. */
+REFCG_INLINE void refcg_store_4px_avx512(uint8_t* out, int64_t step, __mmask16 mask, const __m512i* v,
+                                         const refcg_rqv_avx512* r, int is_unsigned) {
+  const __m512i bytes = refcg_pack_bytes_avx512(v, 4, r, is_unsigned);
+  const __m128i p[4] = {_mm512_castsi512_si128(bytes), _mm512_extracti32x4_epi32(bytes, 1),
+                        _mm512_extracti32x4_epi32(bytes, 2), _mm512_extracti32x4_epi32(bytes, 3)};
+  for (int q = 0; q < 4; ++q) {
+    if (mask == 0xFFFF)
+      _mm_storeu_si128((__m128i*)(out + q * step), p[q]);
+    else
+      _mm_mask_storeu_epi8(out + q * step, mask, p[q]);
+  }
 }
 
 /* Requantize and store channels [c0, c0 + nvalid) of one pixel; acc includes the correction. */
@@ -1274,9 +1346,13 @@ REFCG_INLINE refcg_blk_avx512 refcg_blk_load_avx512(const refcg_gemm_job* j, int
  * (refcg_store_bytes_avx512), every block under plan (refcg_rq_planned_avx512). */
 REFCG_INLINE void refcg_tile_store_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk,
                                           __m512i (*acc)[REFCG_X512_NV], const int64_t* out_off, int rows,
-                                          const int NV, const int plan) {
+                                          const int MR, const int NV, const int plan) {
   const int64_t n = j->n - blk[0].c0;
-  for (int r = 0; r < rows; ++r) {
+  /* unrolled over MR (a constant), rows past `rows` skipped: acc stays in registers (a loop to the
+   * runtime row count stored all MR x NV accumulators and read them back, half a K = 16 conv's time) */
+  REFCG_UNROLL
+  for (int r = 0; r < MR; ++r) {
+    if (r >= rows) break;
     __m512i v[4];
     for (int b = 0; b < NV; ++b)
       v[b] = refcg_rq_planned_avx512(&blk[b].r, acc[r][b], plan);
@@ -1312,7 +1388,7 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx
     int plan = refcg_rq_plan_avx512(&blk[0].r);
     for (int b = 1; b < NV; ++b) plan = REFCG_PLAN_MEET(plan, refcg_rq_plan_avx512(&blk[b].r));
     /* a constant plan: unrolled over the blocks without the mode's branches, acc kept in registers */
-#define REFCG_TILE_STORE_AVX512(p) refcg_tile_store_avx512(j, blk, acc, out_off, rows, NV, p)
+#define REFCG_TILE_STORE_AVX512(p) refcg_tile_store_avx512(j, blk, acc, out_off, rows, MR, NV, p)
     REFCG_WITH_PLAN(plan, REFCG_TILE_STORE_AVX512);
 #undef REFCG_TILE_STORE_AVX512
     return;
@@ -1394,6 +1470,24 @@ REFCG_INLINE void refcg_dw_px_avx512(const refcg_dw_job* j, const uint8_t* base,
   for (int q = 0; q < PX; ++q) refcg_epi_vec_avx512(&j->epi, r, acc[q], c0, nvalid, out_off + q * j->o_w);
 }
 
+/* The column kernels' epilogue: PX (a multiple of 4) pixels of 16 channels from c0; under a plan
+ * (8-bit channels-last output, refcg_dw_plan_avx512) 4 pixels share one pack (refcg_store_4px_avx512). */
+REFCG_INLINE void refcg_dw_cols_store_avx512(const refcg_dw_job* j, const refcg_rqv_avx512* r, const __m512i* acc,
+                                             int32_t c0, int64_t out_off, const int PX, const int plan) {
+  const int32_t nvalid = j->c - c0 < 16 ? j->c - c0 : 16;
+  if (plan == REFCG_PLAN_ANY) {
+    for (int q = 0; q < PX; ++q) refcg_epi_vec_avx512(&j->epi, r, acc[q], c0, nvalid, out_off + q * j->o_w);
+    return;
+  }
+  const __mmask16 mask = (__mmask16)((1u << nvalid) - 1u);
+  uint8_t* out = (uint8_t*)j->epi.out + out_off + c0;
+  for (int q = 0; q < PX; q += 4) {
+    __m512i v[4];
+    for (int i = 0; i < 4; ++i) v[i] = refcg_rq_planned_avx512(r, acc[q + i], plan);
+    refcg_store_4px_avx512(out + q * j->o_w, j->o_w, mask, v, r, j->epi.out_dtype == REFCG_U8);
+  }
+}
+
 /* The same for kernel rows K taps wide, undilated along W, stride S: per kernel row the
  * (PX - 1) * S + K input columns of the PX pixels are widened once and shared by the taps that
  * read them (pixel q's tap kw is column q * S + kw), instead of one widening per pixel and tap. */
@@ -1410,17 +1504,47 @@ REFCG_INLINE void refcg_dw_cols_avx512(const refcg_dw_job* j, const uint8_t* bas
       for (int q = 0; q < PX; ++q) acc[q] = _mm512_dpwssd_epi32(acc[q], col[q * S + kw], w);
     }
   }
-  const int32_t nvalid = j->c - c0 < 16 ? j->c - c0 : 16;
-  if (plan == REFCG_PLAN_ANY) {
-    for (int q = 0; q < PX; ++q) refcg_epi_vec_avx512(&j->epi, r, acc[q], c0, nvalid, out_off + q * j->o_w);
-    return;
+  refcg_dw_cols_store_avx512(j, r, acc, c0, out_off, PX, plan);
+}
+
+/* Row quads (j->wq, refcg_dw_quad_weights): kernel rows [4 g, 4 g + n) of one padded column's 16
+ * channels (rows rowb bytes apart) as vpdpbusd lanes, channel c's n bytes in lane c (the rest 0):
+ * the rows' 16-byte loads in the 128-bit lanes, vpermd brings dword k of every row into lane k,
+ * vpshufb interleaves the rows' bytes channel by channel. */
+REFCG_INLINE __m512i refcg_dw_quad_col_avx512(const uint8_t* x, int64_t rowb, const int n) {
+  if (n == 1) return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)x));
+  __m512i v = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i*)x));
+  v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(x + rowb)), 1);
+  if (n > 2) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(x + 2 * rowb)), 2);
+  if (n > 3) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(x + 3 * rowb)), 3);
+  const __m512i dwords = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(dwords, v), bytes);
+}
+
+/* refcg_dw_cols_avx512 for a K x K kernel on row quads: each padded column of the PX pixels is
+ * built once per group of 4 kernel rows and feeds every tap that reads it (pixel q's column kw is
+ * q * S + kw), one vpdpbusd for 4 taps where vpdpwssd did one. wq: the block's quad weights,
+ * [group][kw]. */
+REFCG_INLINE void refcg_dwq_cols_avx512(const refcg_dw_job* j, const uint8_t* base, int64_t rowb, const __m512i* wq,
+                                        int32_t c0, const refcg_rqv_avx512* r, __m512i corr, int64_t out_off,
+                                        const int K, const int PX, const int S, const int plan) {
+  __m512i acc[8];
+  for (int q = 0; q < PX; ++q) acc[q] = corr;
+  /* unrolled completely (acc in registers): up to 19 columns x 5 taps, past GCC's default peeling */
+  REFCG_UNROLL
+  for (int g = 0; g < (K + 3) / 4; ++g) {
+    const int n = K - 4 * g < 4 ? K - 4 * g : 4;
+    REFCG_UNROLL
+    for (int i = 0; i < (PX - 1) * S + K; ++i) {
+      const __m512i col = refcg_dw_quad_col_avx512(base + 4 * g * rowb + (int64_t)i * j->cp, rowb, n);
+      REFCG_UNROLL
+      for (int kw = 0; kw < K; ++kw)
+        if (i >= kw && (i - kw) % S == 0 && (i - kw) / S < PX)
+          acc[(i - kw) / S] = _mm512_dpbusd_epi32(acc[(i - kw) / S], col, wq[g * K + kw]);
+    }
   }
-  /* a plan: rq_vector, 8-bit channels-last output (refcg_dw_plan_avx512) */
-  const __mmask16 mask = (__mmask16)((1u << nvalid) - 1u);
-  uint8_t* out = (uint8_t*)j->epi.out + out_off + c0;
-  for (int q = 0; q < PX; ++q)
-    refcg_store16_bytes_avx512(out + q * j->o_w, mask,
-                               _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(r, acc[q], plan), r->hi), r->lo));
+  refcg_dw_cols_store_avx512(j, r, acc, c0, out_off, PX, plan);
 }
 
 /* The plan of the column kernels' epilogue: REFCG_PLAN_ANY unless the output is 8-bit channels-last. */
@@ -1428,22 +1552,38 @@ REFCG_INLINE int refcg_dw_plan_avx512(const refcg_dw_job* j, const refcg_rqv_avx
   return refcg_epi_vector_bytes(&j->epi) ? refcg_rq_plan_avx512(r) : REFCG_PLAN_ANY;
 }
 
-/* Pixels [ow, out_w) of one output row with refcg_dw_cols_avx512, PX at a time. */
+/* Pixels [ow, out_w) of one output row with refcg_dw_cols_avx512 (or on row quads,
+ * refcg_dwq_cols_avx512), PX at a time. */
 #define REFCG_DW_COLS_ROW(K, PX, S)                                                                          \
   for (; ow + (PX) <= j->out_w; ow += (PX))                                                                  \
     refcg_dw_cols_avx512(j, row + ow * pstride, rowb, wide, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan)
+#define REFCG_DWQ_COLS_ROW(K, PX, S)                                                                         \
+  for (; ow + (PX) <= j->out_w; ow += (PX))                                                                  \
+    refcg_dwq_cols_avx512(j, row + ow * pstride, rowb, wq, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan)
 
 /* Output rows [r0, r1) of channels [c0, c0 + 16): the column kernels (cols), epilogue under plan,
  * then 4 and 1 pixels at a time with refcg_dw_px_avx512. */
 REFCG_INLINE void refcg_dw_rows_avx512(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int cols,
-                                       const int32_t* wide, const int64_t* toff, const refcg_rqv_avx512* r,
-                                       __m512i corr, const int plan) {
+                                       const int32_t* wide, const __m512i* wq, const int64_t* toff,
+                                       const refcg_rqv_avx512* r, __m512i corr, const int plan) {
   const int64_t rowb = (int64_t)j->dh * j->wp * j->cp, pstride = (int64_t)j->sw * j->cp;
   const int32_t taps = j->kh * j->kw;
   for (int64_t oh = r0; oh < r1; ++oh) {
     const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
     int32_t ow = 0;
-    if (cols && j->kw == 3 && j->sw == 1) {
+    if (wq && j->kw == 3 && j->sw == 1) { /* row quads: 3x3 and 5x5 (refcg_dw_quad_weights) */
+      REFCG_DWQ_COLS_ROW(3, 8, 1);
+      REFCG_DWQ_COLS_ROW(3, 4, 1);
+    } else if (wq && j->kw == 3) {
+      REFCG_DWQ_COLS_ROW(3, 8, 2);
+      REFCG_DWQ_COLS_ROW(3, 4, 2);
+    } else if (wq && j->sw == 1) {
+      REFCG_DWQ_COLS_ROW(5, 8, 1);
+      REFCG_DWQ_COLS_ROW(5, 4, 1);
+    } else if (wq) {
+      REFCG_DWQ_COLS_ROW(5, 8, 2);
+      REFCG_DWQ_COLS_ROW(5, 4, 2);
+    } else if (cols && j->kw == 3 && j->sw == 1) {
       REFCG_DW_COLS_ROW(3, 8, 1);
       REFCG_DW_COLS_ROW(3, 4, 1);
     } else if (cols && j->kw == 3) {
@@ -1482,7 +1622,12 @@ static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
     const refcg_rqv_avx512 r = refcg_rqv_load_avx512(j->epi.rq, c0, mask, 1);
     const __m512i corr = _mm512_maskz_loadu_epi32(mask, j->epi.corr + c0);
     const int plan = cols ? refcg_dw_plan_avx512(j, &r) : REFCG_PLAN_ANY;
-#define REFCG_DW_ROWS_AVX512(p) refcg_dw_rows_avx512(j, r0, r1, c0, cols, wide, toff, &r, corr, p)
+    __m512i wq[2 * 5]; /* row quads: the block's [group][kw] weights */
+    const int quads = cols && j->wq && j->kh == j->kw;
+    for (int32_t g = 0; quads && g < (j->kh + 3) / 4; ++g)
+      for (int32_t kw = 0; kw < j->kw; ++kw)
+        wq[g * j->kw + kw] = _mm512_loadu_si512(j->wq + (((int64_t)g * j->kw + kw) * j->cp + c0) * 4);
+#define REFCG_DW_ROWS_AVX512(p) refcg_dw_rows_avx512(j, r0, r1, c0, cols, wide, quads ? wq : NULL, toff, &r, corr, p)
     REFCG_WITH_PLAN(plan, REFCG_DW_ROWS_AVX512);
 #undef REFCG_DW_ROWS_AVX512
   }
@@ -1731,19 +1876,17 @@ static void refcg_pool_avx512(const void* ctx, int64_t q0, int64_t q1) {
  * the shift count in every lane. */
 REFCG_INLINE __m512i refcg_bin_preshift_avx512(const refcg_requant* rq, refcg_rqv_avx512* r) {
   const int32_t l1 = refcg_bin_preshift(rq);
-  if (l1) {
-    r->general = 0;
-    r->izp = _mm512_set1_epi32((int32_t)((uint32_t)rq->input_zp << l1));
-  }
-  return _mm512_set1_epi32(l1);
+  const int ok = l1 && refcg_rq_fold_avx512(r, (int32_t)((uint32_t)rq->input_zp << l1), rq->output_zp);
+  if (ok) r->general = 0;
+  return _mm512_set1_epi32(ok ? l1 : 0);
 }
 
 static void refcg_bin_avx512(const void* ctx, int64_t r0, int64_t r1) {
   const refcg_bin_job* j = (const refcg_bin_job*)ctx;
   const refcg_binary_params* p = j->p;
   refcg_binc_avx512 k;
-  k.ra = refcg_rqv_load_avx512(&p->rq_a, 0, 0, 0);
-  k.rb = refcg_rqv_load_avx512(&p->rq_b, 0, 0, 0);
+  k.ra = refcg_rqv_load8_avx512(&p->rq_a, 0, 0, 0, p->op != REFCG_BIN_MUL); /* mul: a product, not 8-bit */
+  k.rb = refcg_rqv_load8_avx512(&p->rq_b, 0, 0, 0, 1);
   k.azp = _mm512_set1_epi32(p->a_zp);
   k.bzp = _mm512_set1_epi32(p->b_zp);
   k.ozp = _mm512_set1_epi32(p->out_zp);
@@ -1804,7 +1947,7 @@ REFCG_INLINE void refcg_rq_run_avx512(const refcg_rqv_avx512* r, __m512i count, 
 static void refcg_requantize_avx512(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_rq_job* j = (const refcg_rq_job*)ctx;
   const refcg_requantize_params* p = j->p;
-  refcg_rqv_avx512 r = refcg_rqv_load_avx512(&p->rq, 0, 0, 0);
+  refcg_rqv_avx512 r = refcg_rqv_load8_avx512(&p->rq, 0, 0, 0, 1);
   const int plan = refcg_rq_plan_avx512(&r);
   const __m512i count = refcg_bin_preshift_avx512(&p->rq, &r); /* 8-bit input: as a binary operand */
   const int pre = plan != refcg_rq_plan_avx512(&r);
@@ -1844,7 +1987,7 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .supported = refcg_cpu_avx512vnni,
     .signed_domain = 0,
     .gemm = {.mr = REFCG_X512_MR, .nv = REFCG_X512_NV, .tiles = refcg_tiles_avx512vnni, .planes = refcg_gemmp_avx512},
-    .dw = {.rows = refcg_dw_avx512, .planes = refcg_dwp_avx512, .pairs = 0, .qmax = 4},
+    .dw = {.rows = refcg_dw_avx512, .planes = refcg_dwp_avx512, .pairs = 0, .quads = 1, .qmax = 4},
     .binary_rows = refcg_bin_avx512,
     .pool = refcg_pool_avx512,
     .quantize = refcg_quant_avx2,
@@ -1860,7 +2003,7 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .supported = refcg_cpu_avxvnni,
     .signed_domain = 0,
     .gemm = {.mr = 6, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL},
-    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avxvnni, .pairs = 1, .qmax = 4},
+    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avxvnni, .pairs = 1, .quads = 0, .qmax = 4},
     .binary_rows = refcg_bin_avx2,
     .pool = refcg_pool_avx2,
     .quantize = refcg_quant_avx2,
@@ -1876,7 +2019,7 @@ const refcg_isa_config refcg_isa_avx2 = {
     .supported = refcg_cpu_avx2,
     .signed_domain = 0,
     .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avx2, .planes = NULL},
-    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avx2, .pairs = 1, .qmax = 2},
+    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avx2, .pairs = 1, .quads = 0, .qmax = 2},
     .binary_rows = refcg_bin_avx2,
     .pool = refcg_pool_avx2,
     .quantize = refcg_quant_avx2,

@@ -51,6 +51,8 @@ def cases(rng, channels):
             yield f"{tag} per-channel", rq(scales(rng, channels, inside)), "int8"
             yield f"{tag} per-channel uint8 clip", rq(scales(rng, channels, [-20, -9, -3]), "uint8", 100, (20.0, 240.0), 7), "uint8"
             yield f"{tag} per-channel int32", rq(scales(rng, channels, [-3, 0, 2, 9]), "int32", 12345), "int32"
+            # zp * 2^r around 2^28, where folding the zero point into the rounding constant stops
+            yield f"{tag} per-channel int32 large zp", rq(scales(rng, channels, [-7, -8, -9, -20, -28]), "int32", 2**20 + 1), "int32"
             yield f"{tag} per-tensor", rq(scales(rng, 1, [-13])[0], zp=3, izp=-9), "int8"
             yield f"{tag} per-tensor left shift", rq(scales(rng, 1, [5])[0], "int32", -77), "int32"
             yield f"{tag} identity", rq(np.float32(0.25), "int8", 4, None, 2, out_scale=0.25), "int8"
