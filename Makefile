@@ -15,10 +15,11 @@ demo: $(STAMP)
 
 # tests run against the installed package (no source tree first on sys.path; conftest.py appends the
 # checkout for examples/)
+# --durations: the slowest tests in the log, to keep make test under 20 minutes on 2 cores
 test: $(STAMP)
 	$(ARM_SETUP) || [ $$? -eq $(ARM_UNAVAILABLE) ]
 	cd tests && ../$(BIN)/python -c "import refcodegen as r; assert 'site-packages' in r.__file__, r.__file__"
-	cd tests && ../$(BIN)/pytest -q -n auto --maxprocesses=4 -m "not network and not zoo and not slow"
+	cd tests && ../$(BIN)/pytest -q -n auto --maxprocesses=4 -m "not network and not zoo and not slow" --durations=15
 
 # What keeps make test under 20 minutes on 2 cores: the fuzz harness, the sanitizer builds, more
 # numerics variants of the boundary sweeps, the cortex-a53 rounding rule (tests marked slow); CI runs it.
