@@ -1560,6 +1560,24 @@ REFCG_INLINE int refcg_dw_plan_avx512(const refcg_dw_job* j, const refcg_rqv_avx
 #define REFCG_DWQ_COLS_ROW(K, PX, S)                                                                         \
   for (; ow + (PX) <= j->out_w; ow += (PX))                                                                  \
     refcg_dwq_cols_avx512(j, row + ow * pstride, rowb, wq, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan)
+/* ROW(K, PX, S) for the column kernels' shapes (refcg_dw_cols_fit): 3- or 5-wide, stride 1 or 2, 8
+ * then 4 pixels at a time. */
+#define REFCG_DW_COLS_SHAPES(ROW)   \
+  do {                              \
+    if (j->kw == 3 && j->sw == 1) { \
+      ROW(3, 8, 1);                 \
+      ROW(3, 4, 1);                 \
+    } else if (j->kw == 3) {        \
+      ROW(3, 8, 2);                 \
+      ROW(3, 4, 2);                 \
+    } else if (j->sw == 1) {        \
+      ROW(5, 8, 1);                 \
+      ROW(5, 4, 1);                 \
+    } else {                        \
+      ROW(5, 8, 2);                 \
+      ROW(5, 4, 2);                 \
+    }                               \
+  } while (0)
 
 /* Output rows [r0, r1) of channels [c0, c0 + 16): the column kernels (cols), epilogue under plan,
  * then 4 and 1 pixels at a time with refcg_dw_px_avx512. */
@@ -1571,30 +1589,10 @@ REFCG_INLINE void refcg_dw_rows_avx512(const refcg_dw_job* j, int64_t r0, int64_
   for (int64_t oh = r0; oh < r1; ++oh) {
     const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
     int32_t ow = 0;
-    if (wq && j->kw == 3 && j->sw == 1) { /* row quads: 3x3 and 5x5 (refcg_dw_quad_weights) */
-      REFCG_DWQ_COLS_ROW(3, 8, 1);
-      REFCG_DWQ_COLS_ROW(3, 4, 1);
-    } else if (wq && j->kw == 3) {
-      REFCG_DWQ_COLS_ROW(3, 8, 2);
-      REFCG_DWQ_COLS_ROW(3, 4, 2);
-    } else if (wq && j->sw == 1) {
-      REFCG_DWQ_COLS_ROW(5, 8, 1);
-      REFCG_DWQ_COLS_ROW(5, 4, 1);
-    } else if (wq) {
-      REFCG_DWQ_COLS_ROW(5, 8, 2);
-      REFCG_DWQ_COLS_ROW(5, 4, 2);
-    } else if (cols && j->kw == 3 && j->sw == 1) {
-      REFCG_DW_COLS_ROW(3, 8, 1);
-      REFCG_DW_COLS_ROW(3, 4, 1);
-    } else if (cols && j->kw == 3) {
-      REFCG_DW_COLS_ROW(3, 8, 2);
-      REFCG_DW_COLS_ROW(3, 4, 2);
-    } else if (cols && j->sw == 1) {
-      REFCG_DW_COLS_ROW(5, 8, 1);
-      REFCG_DW_COLS_ROW(5, 4, 1);
+    if (wq) { /* row quads: 3x3 and 5x5 (refcg_dw_quad_weights) */
+      REFCG_DW_COLS_SHAPES(REFCG_DWQ_COLS_ROW);
     } else if (cols) {
-      REFCG_DW_COLS_ROW(5, 8, 2);
-      REFCG_DW_COLS_ROW(5, 4, 2);
+      REFCG_DW_COLS_SHAPES(REFCG_DW_COLS_ROW);
     }
     for (; ow + 4 <= j->out_w; ow += 4)
       refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, r, corr, oh * j->o_h + ow * j->o_w, 4);
