@@ -828,14 +828,11 @@ static void refcg_reduce_avx2(const void* ctx, int64_t t0, int64_t t1) {
   refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1); /* vectorized for this section's ISA */
 }
 
-/* refcg_bin_preshift on rq and r (see refcg_bin_preshift_avx512); the shift count in every lane. */
-REFCG_INLINE __m256i refcg_bin_preshift_avx2(refcg_requant* rq, refcg_rqv_avx2* r) {
+/* refcg_bin_preshift on r (see refcg_bin_preshift_avx512); the shift count in every lane. */
+REFCG_INLINE __m256i refcg_bin_preshift_avx2(const refcg_requant* rq, refcg_rqv_avx2* r) {
   const int32_t l1 = refcg_bin_preshift(rq);
   const int ok = l1 && refcg_rq_fold_avx2(r, (int32_t)((uint32_t)rq->input_zp << l1), rq->output_zp);
-  if (ok) {
-    r->general = 0;
-    rq->input_zp = (int32_t)((uint32_t)rq->input_zp << l1);
-  }
+  if (ok) r->general = 0;
   return _mm256_set1_epi32(ok ? l1 : 0);
 }
 
@@ -1621,7 +1618,7 @@ static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
     const __m512i corr = _mm512_maskz_loadu_epi32(mask, j->epi.corr + c0);
     const int plan = cols ? refcg_dw_plan_avx512(j, &r) : REFCG_PLAN_ANY;
     __m512i wq[2 * 5]; /* row quads: the block's [group][kw] weights */
-    const int quads = cols && j->wq && j->kh == j->kw;
+    const int quads = cols && j->wq; /* refcg_conv2d sets wq for square 3x3 and 5x5 only */
     for (int32_t g = 0; quads && g < (j->kh + 3) / 4; ++g)
       for (int32_t kw = 0; kw < j->kw; ++kw)
         wq[g * j->kw + kw] = _mm512_loadu_si512(j->wq + (((int64_t)g * j->kw + kw) * j->cp + c0) * 4);
