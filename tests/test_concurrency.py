@@ -15,7 +15,7 @@ from tvm import relay
 from tvm.contrib import graph_executor
 
 from conftest import build_and_load, run
-from refcodegen import partition_for_refcg
+from refcodegen import objcache, partition_for_refcg
 from fuzzing.chains import build_batch, full_range
 from fuzzing.check import merge_partitions
 from test_sanitizers import REPRESENTATIVE
@@ -37,7 +37,7 @@ def test_executors_in_threads_match_tvm(tmp_path):
     reference = [run(reference_module, batch) for batch in batches]
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(merge_partitions(partition_for_refcg(mod)), target="llvm")
-    lib.export_library(str(tmp_path / "refcg.so"))
+    lib.export_library(str(tmp_path / "refcg.so"), fcompile=objcache.create_shared)
     loaded = tvm.runtime.load_module(str(tmp_path / "refcg.so"))
     results: dict[int, list] = {}
     errors: list = []

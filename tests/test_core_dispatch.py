@@ -13,7 +13,7 @@ from tvm import relay
 
 from conftest import TARGET_LLVM, build_and_load, random_int, run
 from models import module, qconv_block
-from refcodegen import partition_for_refcg
+from refcodegen import objcache, partition_for_refcg
 from core_cffi import Core
 
 
@@ -44,7 +44,7 @@ def built(tmp_path_factory):
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(partitioned, target=TARGET_LLVM)
     path = str(tmp / "refcg.so")
-    lib.export_library(path)
+    lib.export_library(path)  # the default export path, as a user runs it (the other tests: objcache)
     sources = [m.get_source() for m in lib.get_lib().imported_modules if m.type_key == "c"]
     return path, inputs, reference, sources
 
@@ -143,7 +143,7 @@ def test_avx2_vpmaddubsw_path_in_exported_model(tmp_path):
         lib = relay.build(partition_for_refcg(mod), target=TARGET_LLVM)
     source = "".join(m.get_source() for m in lib.get_lib().imported_modules if m.type_key == "c")
     assert sorted(re.findall(r"_gsafe\[\d+\] = \{ ([\d, ]+) \}", source)) == ["1, 0, 1", "1, 1"]
-    lib.export_library(str(tmp_path / "refcg.so"))
+    lib.export_library(str(tmp_path / "refcg.so"), fcompile=objcache.create_shared)
     np.savez(tmp_path / "inputs.npz", **inputs)
     script = (
         "import sys, numpy as np, tvm\nfrom tvm.contrib import graph_executor\n"

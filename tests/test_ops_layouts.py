@@ -11,7 +11,7 @@ from tvm import relay
 
 from conftest import compare_with_tvm, random_int
 from examples.networks import QuantNet
-from refcodegen import codegen, partition_for_refcg
+from refcodegen import codegen, objcache, partition_for_refcg
 
 CHANNELS_LAST = (0, 2, 3, 1)  # NCHW stored as NHWC
 # the steps that take re-laid-out tensors (a concatenate runs as requantize parts, one per input)
@@ -110,7 +110,7 @@ def test_profile_build_reports_every_step(tmp_path):
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(partition_for_refcg(mod), target="llvm")
     path = str(tmp_path / "profiled.so")
-    lib.export_library(path, options=["-DREFCG_PROFILE"])
+    lib.export_library(path, fcompile=objcache.create_shared, options=["-DREFCG_PROFILE"])
     script = ("import sys, numpy as np, tvm\nfrom tvm.contrib import graph_executor\n"
               "m = graph_executor.GraphModule(tvm.runtime.load_module(sys.argv[1])['default'](tvm.cpu()))\n"
               "m.set_input(0, np.zeros((1, 4, 8, 8), 'int8'))\nm.run()\nm.run()\n")
