@@ -11,8 +11,9 @@ from contextlib import contextmanager
 import numpy as np
 import tvm
 from tvm import relay
-from tvm.contrib import cc, graph_executor
+from tvm.contrib import graph_executor
 
+from . import objcache
 from .errors import RefcgError
 from .partition import partition_for_refcg, prepare_passes
 
@@ -65,15 +66,17 @@ def cross_arch(target: str) -> str | None:
 
 
 def build(mod, target: str, path: str):
-    """relay.build + export_library (cross-compiled when the target is not the host)."""
+    """relay.build + export_library (cross-compiled when the target is not the host), each C file
+    compiled once per content (refcodegen.objcache: the core, a minute of g++ -O3, is the same file
+    in every library)."""
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target=target)
     arch = cross_arch(target)
-    export = {}
+    export = {"fcompile": objcache.create_shared}
     if arch is not None:
         if shutil.which(CROSS_CXX[arch]) is None:
             raise RefcgError("export", target, f"cross compiler {CROSS_CXX[arch]} not found")
-        export["fcompile"] = cc.cross_compiler(CROSS_CXX[arch])
+        export["cc"] = CROSS_CXX[arch]
     lib.export_library(path, **export)
     return path
 
