@@ -102,6 +102,7 @@ def test_kernel_without_the_layout_keeps_its_tensors_logical(tmp_path, rng, monk
     assert [step.output.perm for step in plans[0].steps] == [None, None, CHANNELS_LAST, None]
 
 
+@pytest.mark.slow  # make test-slow (CI): -DREFCG_PROFILE makes its own core object, a minute of g++ -O3
 def test_profile_build_reports_every_step(tmp_path):
     """-DREFCG_PROFILE: each step's CPU time is printed when the library unloads (a child process)."""
     net = QuantNet(3, "NCHW")
