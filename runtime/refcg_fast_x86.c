@@ -734,7 +734,7 @@ static void refcg_dwp_avx2(const void* ctx, int64_t c0, int64_t c1) {
 /* ---- qnn.add / subtract / mul: 8 elements per step (see the AVX-512 version) ---- */
 typedef struct {
   refcg_rqv_avx2 ra, rb;
-  refcg_requant qa, qb; /* the operands' requantize, the zero point shifted where pre */
+  refcg_requant qa, qb; /* the operands' requantize, copied: the byte stores could alias p's */
   __m256i pa, pb;       /* refcg_bin_preshift of each operand */
   int plan, pre;
 } refcg_binc_avx2;
