@@ -55,6 +55,8 @@ class ConvFast:
     dw_w: np.ndarray | None = None
     dw_corr_u8: np.ndarray | None = None
     dw_corr_s8: np.ndarray | None = None
+    dw_pairs: np.ndarray | None = None  # int16, refcg_dw_pair_weights' layout
+    dw_quads: np.ndarray | None = None  # int8, refcg_dw_quad_weights' layout (square 3x3 and 5x5 only)
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -113,6 +115,26 @@ def _block_gemm(folded_nk: np.ndarray, bias, input_zp: int, in_dtype: str) -> Ge
                        np.concatenate([corr_u8, pad]), np.concatenate([corr_s8, pad]), pairs_fit_int16(blocked))
 
 
+def dw_pair_weights(taps_cp: np.ndarray) -> np.ndarray:
+    """Depthwise w' [taps][cp] (cp a multiple of 16) as tap pairs for vpmaddwd, the layout of
+    refcg_dw_pair_weights (runtime/refcg_fast_internal.h): per pair of taps (an odd last one paired with
+    zeros) and block of 16 channels l = 8 * lane + 4 * half + q, the 32 int16 [half][lane][q][tap]."""
+    taps, cp = taps_cp.shape
+    even = np.zeros((taps + taps % 2, cp), np.int16)
+    even[:taps] = taps_cp
+    by_lane = even.reshape(-1, 2, cp // 16, 2, 2, 4)  # [pair][tap][block][lane][half][q]
+    return np.ascontiguousarray(by_lane.transpose(0, 2, 4, 3, 5, 1)).reshape(-1)
+
+
+def dw_quad_weights(taps_cp: np.ndarray, kh: int, kw: int) -> np.ndarray:
+    """Depthwise w' [kh * kw][cp] as row quads for vpdpbusd, the layout of refcg_dw_quad_weights: per
+    group g of 4 kernel rows (zeros past kh), column and channel, the 4 rows' int8 [g][kw][cp][row]."""
+    cp = taps_cp.shape[1]
+    rows = np.zeros((_round_up(kh, 4), kw, cp), np.int8)
+    rows[:kh] = taps_cp.reshape(kh, kw, cp)
+    return np.ascontiguousarray(rows.reshape(-1, 4, kw, cp).transpose(0, 2, 3, 1)).reshape(-1)
+
+
 def pack_gemm_weights(weight_nk: np.ndarray, kernel_zp: int, input_zp: int, in_dtype: str,
                       bias: np.ndarray | None = None) -> GemmWeights | None:
     """Dense weights [units][in_features] for ``refcg_dense``; None when w - kernel_zp leaves int8."""
@@ -150,5 +172,8 @@ def pack_conv2d_fast(ohwi: np.ndarray, params: dict, in_dtype: str, bias: np.nda
         wsum = folded.astype(np.int64).reshape(out_c, -1).sum(axis=1)
         pad = np.zeros(cp - out_c, np.int32)  # epilogues load whole vectors of corrections
         corr_u8, corr_s8 = (np.concatenate([c, pad]) for c in _corrections(wsum, bias, params["input_zp"], in_dtype))
-        return ConvFast("REFCG_FAST_DEPTHWISE", cp, dw_w=dw.reshape(-1), dw_corr_u8=corr_u8, dw_corr_s8=corr_s8)
+        channels = out_c == params["in_c"]  # multiplier 1: the layouts of the channel kernels
+        return ConvFast("REFCG_FAST_DEPTHWISE", cp, dw_w=dw.reshape(-1), dw_corr_u8=corr_u8, dw_corr_s8=corr_s8,
+                        dw_pairs=dw_pair_weights(dw) if channels else None,
+                        dw_quads=dw_quad_weights(dw, kh, kw) if channels and kh == kw and kh in (3, 5) else None)
     return None

@@ -130,7 +130,8 @@ class Core:
         self._keep.append(s)
         return s
 
-    def conv_fast(self, f):
+    def conv_fast(self, f, layouts: bool = True):
+        """``layouts=False`` withholds the depthwise layouts packed ahead of time (refcg_conv2d builds them)."""
         s = self.ffi.new("refcg_conv2d_fast*")
         if f is None:
             return s  # kind 0: reference only
@@ -141,6 +142,10 @@ class Core:
             s.dw_w = self.ptr(f.dw_w, "int16_t*")
             s.dw_corr_u8 = self.ptr(f.dw_corr_u8, "int32_t*")
             s.dw_corr_s8 = self.ptr(f.dw_corr_s8, "int32_t*")
+            if layouts and f.dw_pairs is not None:
+                s.dw_pairs = self.ptr(f.dw_pairs, "int16_t*")
+            if layouts and f.dw_quads is not None:
+                s.dw_quads = self.ptr(f.dw_quads, "int8_t*")
         self._keep.append(s)
         return s
 

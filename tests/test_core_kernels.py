@@ -215,6 +215,10 @@ def test_depthwise_variants_bit_exact(core, isa, shape, layout, in_dtype):
             assert np.array_equal(ref if layout == "NHWC" else ref.transpose(0, 2, 3, 1), biased)
         got = conv.run(x)
         assert np.array_equal(got, ref), f"{isa} {out_dtype} mode {rq.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
+        if layout == "NHWC":  # the channel kernels' weight layouts built per call, as for direct C callers
+            conv.f = core.conv_fast(conv.fast_data, layouts=False)
+            built = conv.run(x)
+            assert np.array_equal(built, ref), f"{isa} {out_dtype} layouts built per call: {np.abs(built - ref.astype(np.int64)).max()}"
 
 
 def run_binary(core, op, x, y, out_dtype, rq_a, rq_b, zps, out_range, reference):

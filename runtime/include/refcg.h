@@ -284,6 +284,10 @@ typedef struct {
   const int16_t* dw_w;   /* depthwise: [kh*kw][cp] w' as int16 */
   const int32_t* dw_corr_u8;
   const int32_t* dw_corr_s8;
+  /* Depthwise w' in the layouts the x86 channel kernels read (refcg_fast_internal.h), packed ahead of
+   * time by refcodegen.packing; NULL: refcg_conv2d builds them from dw_w on every call. */
+  const int16_t* dw_pairs; /* tap pairs (refcg_dw_pair_weights): AVX2, AVX-VNNI */
+  const int8_t* dw_quads;  /* row quads of a 3x3 or 5x5 kernel (refcg_dw_quad_weights): AVX-512 */
 } refcg_conv2d_fast;
 
 /* Conv through the best kernel for this CPU; the reference when f is NULL, f->kind is
