@@ -394,9 +394,10 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
   const uint8_t flip = in_signed == isa->signed_domain ? 0 : 0x80;
   const int depthwise = f->kind == REFCG_FAST_DEPTHWISE;
   /* The GEMM tiles read the input in place when the padded copy would equal it: nothing to pad,
-   * bytes already in the variant's domain, pixels of exactly cp channels in contiguous rows (a
-   * 1x1 conv on a channels-last tensor). The tiles read 4 bytes at a time below kw * cp. */
-  const int in_place = !depthwise && flip == 0 && p->pad_top == 0 && p->pad_left == 0 && hp <= p->in_h &&
+   * bytes already in the variant's domain (or tiles that flip them as they read: AVX-512, where the
+   * copy was a sixth of a 1x1 conv with large K and few channels out), pixels of exactly cp channels
+   * in contiguous rows (a 1x1 conv on a channels-last tensor). The tiles read 4 bytes at a time below kw * cp. */
+  const int in_place = !depthwise && (flip == 0 || isa->gemm.flips) && p->pad_top == 0 && p->pad_left == 0 && hp <= p->in_h &&
                        wp == p->in_w && p->in_stride[3] == 1 && p->in_stride[2] == cp &&
                        p->in_stride[1] == (int64_t)wp * cp;
   uint8_t* a = in_place ? NULL : (uint8_t*)refcg_ws_alloc((size_t)hp * wp * cp + 64);
@@ -463,7 +464,7 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
     const refcg_gemm_job j = {p->out_h * p->out_w, p->out_w, (int64_t)p->stride_h * wp * cp, (int64_t)p->stride_w * cp, x,
                               nseg, rows_contiguous ? p->kernel_w * cp : cp, seg_off, p->out_c, f->gemm.kp, f->gemm.w,
                               epi, unpack ? (int64_t)p->out_w * p->out_c : p->out_stride[1],
-                              unpack ? p->out_c : p->out_stride[2], f->gemm.pair_safe};
+                              unpack ? p->out_c : p->out_stride[2], f->gemm.pair_safe, in_place ? flip * 0x01010101u : 0};
     const int64_t nblocks = (p->out_c + 15) / 16, ngroups = (nblocks + isa->gemm.nv - 1) / isa->gemm.nv;
     const refcg_unpack_job uj = {rows, (uint8_t*)out, p->out_w, p->out_c, p->out_stride[1], p->out_stride[3]};
     const refcg_par_task phases[] = {{refcg_pad_rows, &pj, hp},

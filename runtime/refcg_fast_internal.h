@@ -90,6 +90,7 @@ typedef struct {
   refcg_epi epi;
   int64_t o_row_h, o_row_w; /* element strides of the output per output row / per pixel */
   const uint8_t* pair_safe; /* refcg_gemm_weights.pair_safe: blocks AVX2 runs with vpmaddubsw */
+  uint32_t flip4;           /* XOR of every 4 bytes of a read in place into the domain (refcg_gemm_config.flips) */
 } refcg_gemm_job;
 
 /* 1x1 stride-1 unpadded conv on planar (NCHW) tensors, pixels in the lanes: out[oc][p] =
@@ -972,6 +973,7 @@ typedef struct {
   int32_t mr, nv;              /* rows and 16-channel blocks per tile */
   refcg_range_fn tiles;        /* NHWC tiles over refcg_gemm_job */
   refcg_range_fn planes;       /* 1x1 conv on planar layouts, refcg_gemmp_job (NULL: the NHWC GEMM) */
+  int32_t flips;               /* tiles apply refcg_gemm_job.flip4: an input of the other dtype is read in place */
 } refcg_gemm_config;
 
 typedef struct {
