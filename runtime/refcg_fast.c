@@ -36,7 +36,7 @@ static const refcg_isa_config refcg_isa_scalar = {
     .features = "",
     .supported = refcg_cpu_any,
     .signed_domain = 0,
-    .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL},
+    .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL, .flips = 0},
     .dw = {.rows = refcg_dw_portable, .planes = NULL, .pairs = 0, .quads = 0, .qmax = 0},
     .binary_rows = NULL,
     .pool = NULL,
