@@ -52,6 +52,7 @@ def test_module_entry_point():
     assert done.returncode == 0 and "--target" in done.stdout
 
 
+@pytest.mark.slow  # its tvmc export compiles the core (a minute of g++ -O3); test_tvmc_compile_and_run covers tvmc in make test
 def test_tvmc_onnx_qdq(tmp_path):
     """An ONNX QDQ model through tvmc: FakeQuantizationToInteger chosen by itself, refcg partitions built."""
     pytest.importorskip("onnx", reason="the onnx extra (make test installs it)")
