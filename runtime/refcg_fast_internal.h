@@ -124,6 +124,12 @@ REFCG_INLINE void refcg_job_rows_at(const refcg_gemm_job* j, int32_t q, int32_t 
   }
 }
 
+/* Output row q, column c of the row n rows further on: the tile loops' running position (no division
+ * per tile). */
+REFCG_INLINE void refcg_rows_advance(const refcg_gemm_job* j, int32_t* q, int32_t* c, int32_t n) {
+  for (*c += n; *c >= j->cols; *c -= j->cols) ++*q;
+}
+
 /* Rows [i0, i0 + n) with one division (a division per row and channel block in the epilogue was
  * the largest cost of 1x1 convs with small K). */
 REFCG_INLINE void refcg_job_rows(const refcg_gemm_job* j, int32_t i0, int n, const uint8_t** arow, int64_t* out_off) {

@@ -195,11 +195,11 @@ REFCG_INLINE __m256i refcg_clamp_avx2(const refcg_requant* rq, __m256i v) {
 
 /* The int64 modes' REFCG_FPM_PLAN in UPWARD with right shifts only (not identity, not general):
  * even and odd int64 products plus the rounding 2^kx with both zero points folded in
- * (refcg_fpm_fold_ok); clamped. */
-REFCG_INLINE __m256i refcg_rq_up_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r) {
+ * (refcg_fpm_fold_ok); not clamped. */
+REFCG_INLINE __m256i refcg_rq_up_avx2(__m256i acc, const refcg_rqv_avx2* r) {
   const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(acc, r->c.q.m_e), r->c.q.k_e);
   const __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_shuffle_epi32(acc, 0xF5), r->c.q.m_o), r->c.q.k_o);
-  return refcg_clamp_avx2(rq, refcg_fpm_merge_avx2(r, pe, po));
+  return refcg_fpm_merge_avx2(r, pe, po);
 }
 
 /* rq and r take refcg_rq_up_avx2 (constant per block: callers branch on it once, outside their loops) */
@@ -207,11 +207,11 @@ REFCG_INLINE int refcg_rq_is_up_avx2(const refcg_requant* rq, const refcg_rqv_av
   return rq->mode == REFCG_RQ_INT64_UPWARD && !rq->identity && !r->general;
 }
 
-/* Requantize 8 lanes into clamped int32. */
-REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r) {
+/* Requantize 8 lanes into int32 before the clamp. */
+REFCG_INLINE __m256i refcg_rq_unclamped_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r) {
   __m256i v;
   if (rq->mode == REFCG_RQ_INT64_UPWARD || rq->mode == REFCG_RQ_INT64_TONEAREST) {
-    if (refcg_rq_is_up_avx2(rq, r)) return refcg_rq_up_avx2(rq, acc, r);
+    if (refcg_rq_is_up_avx2(rq, r)) return refcg_rq_up_avx2(acc, r);
     v = _mm256_sub_epi32(acc, _mm256_set1_epi32(rq->input_zp));
     if (!rq->identity) { /* general: REFCG_FPM_PLAN's left shifts or TONEAREST */
       const int tonearest = rq->mode == REFCG_RQ_INT64_TONEAREST;
@@ -219,7 +219,7 @@ REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, c
       __m256i pe = _mm256_mul_epi32(v, r->c.q.m_e), po = _mm256_mul_epi32(_mm256_shuffle_epi32(v, 0xF5), r->c.q.m_o);
       pe = refcg_fpm_half_avx2(pe, refcg_even64_avx2(l1), r->c.q.k_e, refcg_even64_avx2(l2), tonearest);
       po = refcg_fpm_half_avx2(po, refcg_odd64_avx2(l1), r->c.q.k_o, refcg_odd64_avx2(l2), tonearest);
-      return refcg_clamp_avx2(rq, _mm256_add_epi32(refcg_fpm_merge_avx2(r, pe, po), _mm256_set1_epi32(rq->output_zp)));
+      return _mm256_add_epi32(refcg_fpm_merge_avx2(r, pe, po), _mm256_set1_epi32(rq->output_zp));
     }
     v = _mm256_add_epi32(v, _mm256_set1_epi32(rq->output_zp));
   } else if (rq->mode == REFCG_RQ_FLOAT64_UPWARD || rq->mode == REFCG_RQ_FLOAT64_TONEAREST) {
@@ -237,7 +237,12 @@ REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, c
                         rq->post_f32 != 0.0f, rq->mode == REFCG_RQ_FLOAT32_UPWARD, rq->round_emulated, ps);
     v = _mm256_cvttps_epi32(f); /* out of range -> INT32_MIN, like cvttss2si */
   }
-  return refcg_clamp_avx2(rq, v);
+  return v;
+}
+
+/* ... and clamped. */
+REFCG_INLINE __m256i refcg_rq_apply_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r) {
+  return refcg_clamp_avx2(rq, refcg_rq_unclamped_avx2(rq, acc, r));
 }
 
 /* The plan (REFCG_PLAN_*) of rq and r. */
@@ -248,14 +253,20 @@ REFCG_INLINE int refcg_rq_plan_avx2(const refcg_requant* rq, const refcg_rqv_avx
   return REFCG_PLAN_ANY;
 }
 
-/* refcg_rq_apply_avx2 under plan (a constant: the branches fold away). */
-REFCG_INLINE __m256i refcg_rq_planned_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r, const int plan) {
-  if (plan == REFCG_PLAN_I64_UP) return refcg_rq_up_avx2(rq, acc, r);
-  if (plan < REFCG_PLAN_F32_UP) return refcg_rq_apply_avx2(rq, acc, r);
+/* refcg_rq_unclamped_avx2 under plan (a constant: the branches fold away). */
+REFCG_INLINE __m256i refcg_rq_planned_unclamped_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r,
+                                                     const int plan) {
+  if (plan == REFCG_PLAN_I64_UP) return refcg_rq_up_avx2(acc, r);
+  if (plan < REFCG_PLAN_F32_UP) return refcg_rq_unclamped_avx2(rq, acc, r);
   __m256 f = _mm256_cvtepi32_ps(acc);
   REFCG_RQ_FLOAT_AVX2(f, rq->input_zp, r->c.f, rq->addend_f32, rq->post_f32, 0, REFCG_PLAN_FUSED(plan),
                       REFCG_PLAN_POST(plan), 1, 0, ps);
-  return refcg_clamp_avx2(rq, _mm256_cvttps_epi32(f));
+  return _mm256_cvttps_epi32(f);
+}
+
+/* ... and clamped. */
+REFCG_INLINE __m256i refcg_rq_planned_avx2(const refcg_requant* rq, __m256i acc, const refcg_rqv_avx2* r, const int plan) {
+  return refcg_clamp_avx2(rq, refcg_rq_planned_unclamped_avx2(rq, acc, r, plan));
 }
 
 /* Requantize 8 channels starting at c (n channels valid) into clamped int32. */
@@ -311,7 +322,7 @@ REFCG_INLINE __m256i refcg_hsum_pairs_avx2(__m256i g0, __m256i g1) {
 typedef struct {
   refcg_requant rq;
   refcg_rqv_avx2 rv[2];
-  __m256i corr[2], mask[2];
+  __m256i corr[2], mask[2], lo8, hi8;
   int32_t c0, nvalid, nh, vec;
 } refcg_blk_avx2;
 #define REFCG_BLK_AVX2 1 /* tests/epilogue_harness.c: the block form exists */
@@ -322,6 +333,8 @@ REFCG_INLINE void refcg_blk_init_avx2(const refcg_gemm_job* j, int32_t nb, refcg
   b->nh = b->nvalid > 8 ? 2 : 1;
   b->vec = j->epi.rq_vector && j->epi.o_c == 1;
   b->rq = *j->epi.rq;
+  b->lo8 = _mm256_set1_epi8((char)b->rq.out_min);
+  b->hi8 = _mm256_set1_epi8((char)b->rq.out_max);
   for (int32_t h = 0; h < 2; ++h) {
     const int32_t n = b->nvalid - 8 * h;
     b->rv[h] = refcg_rqv_load_avx2(&b->rq, b->c0 + 8 * h, n, 1);
@@ -330,10 +343,40 @@ REFCG_INLINE void refcg_blk_init_avx2(const refcg_gemm_job* j, int32_t nb, refcg
   }
 }
 
+/* Two rows' 16 unclamped values (v[0], v[1]: one row's channels 0-7, 8-15; v[2], v[3] the other's) as
+ * bytes, one row per 128-bit half: the saturating packs clamp to the dtype's range, then b's range on
+ * the 32 bytes at once (the range lies inside the dtype's), instead of a clamp and a shuffle per vector. */
+REFCG_INLINE __m256i refcg_pack_rows_avx2(const __m256i* v, const refcg_blk_avx2* b, int is_unsigned) {
+  const __m256i lo = _mm256_packs_epi32(v[0], v[1]), hi = _mm256_packs_epi32(v[2], v[3]);
+  __m256i bytes = is_unsigned ? _mm256_packus_epi16(lo, hi) : _mm256_packs_epi16(lo, hi);
+  bytes = is_unsigned ? _mm256_max_epu8(_mm256_min_epu8(bytes, b->hi8), b->lo8)
+                      : _mm256_max_epi8(_mm256_min_epi8(bytes, b->hi8), b->lo8);
+  /* dword k of 128-bit lane l holds values 4 l .. 4 l + 3 of v[k] */
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 /* Requantize and store rows x block b (contiguous channels) from sum under plan (refcg_rq_planned_avx2). */
 REFCG_INLINE void refcg_tile_store_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, const int64_t* out_off,
                                         __m256i (*sum)[2], int32_t rows, const int plan) {
   void* const out = j->epi.out;
+  if (b->nvalid == 16 && (j->epi.out_dtype == REFCG_S8 || j->epi.out_dtype == REFCG_U8)) { /* rows in pairs */
+    uint8_t* const o = (uint8_t*)out + b->c0;
+    for (int32_t r = 0; r < rows; r += 2) {
+      const int two = r + 1 < rows;
+      __m256i v[4];
+      for (int q = 0; q < 4; ++q) {
+        if (q < 2 || two)
+          v[q] = refcg_rq_planned_unclamped_avx2(&b->rq, _mm256_add_epi32(sum[r + q / 2][q & 1], b->corr[q & 1]),
+                                                 &b->rv[q & 1], plan);
+        else
+          v[q] = v[q - 2];
+      }
+      const __m256i bytes = refcg_pack_rows_avx2(v, b, j->epi.out_dtype == REFCG_U8);
+      _mm_storeu_si128((__m128i*)(o + out_off[r]), _mm256_castsi256_si128(bytes));
+      if (two) _mm_storeu_si128((__m128i*)(o + out_off[r + 1]), _mm256_extracti128_si256(bytes, 1));
+    }
+    return;
+  }
   const int s32 = j->epi.out_dtype == REFCG_S32;
   for (int32_t r = 0; r < rows; ++r) {
     const int64_t off = out_off[r] + b->c0;
@@ -412,11 +455,11 @@ REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, const refcg_blk_avx2*
  * (refcg_gemm_weights.pair_safe): vpmaddubsw of the 4 input bytes broadcast and 32 weight bytes
  * (8 channels x 4 k, the packed layout as is) gives two exact int16 pair sums per channel,
  * vpmaddwd by ones their int32 sum. */
-REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t i0, int32_t nb,
+REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t q, int32_t c, int32_t nb,
                                    const int MR) {
   const uint8_t* arow[REFCG_AVX2B_MR];
   int64_t out_off[REFCG_AVX2B_MR];
-  refcg_job_rows(j, i0, MR, arow, out_off);
+  refcg_job_rows_at(j, q, c, MR, arow, out_off);
   __m256i acc[REFCG_AVX2_MR_MAX][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -439,12 +482,15 @@ REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2
  * a kernel of its size (a dense of batch 1 computes one row, not four). */
 REFCG_INLINE void refcg_rows_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0, int32_t r1,
                                    int32_t nb) {
-  int32_t i0 = r0;
-  for (; i0 + REFCG_AVX2B_MR <= r1; i0 += REFCG_AVX2B_MR) refcg_tile_avx2b(j, b, i0, nb, REFCG_AVX2B_MR);
+  int32_t i0 = r0, q = r0 / j->cols, c = r0 - q * j->cols;
+  for (; i0 + REFCG_AVX2B_MR <= r1; i0 += REFCG_AVX2B_MR) {
+    refcg_tile_avx2b(j, b, q, c, nb, REFCG_AVX2B_MR);
+    refcg_rows_advance(j, &q, &c, REFCG_AVX2B_MR);
+  }
   switch (r1 - i0) { /* REFCG_AVX2B_MR is 4 */
-    case 3: refcg_tile_avx2b(j, b, i0, nb, 3); break;
-    case 2: refcg_tile_avx2b(j, b, i0, nb, 2); break;
-    case 1: refcg_tile_avx2b(j, b, i0, nb, 1); break;
+    case 3: refcg_tile_avx2b(j, b, q, c, nb, 3); break;
+    case 2: refcg_tile_avx2b(j, b, q, c, nb, 2); break;
+    case 1: refcg_tile_avx2b(j, b, q, c, nb, 1); break;
     default: break;
   }
 }
@@ -458,19 +504,19 @@ REFCG_INLINE void refcg_widen_w_avx2(const int8_t* w, int64_t nk, int16_t* ww) {
 /* MR rows [i0, i0 + MR) x block b, k-steps [q0, q1) from those weights widened (ww): per
  * k-step and row one vpmovzxbw, no weight shuffles. Accumulators start at zero (q0 == 0) or
  * from saved (MR x 32 int32), and are saved (q1 < nk) or go to the epilogue. */
-REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t i0, const int16_t* ww,
-                                   int64_t q0, int64_t q1, int64_t nk, int32_t* saved, const int MR) {
+REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t q, int32_t c,
+                                   const int16_t* ww, int64_t q0, int64_t q1, int64_t nk, int32_t* saved, const int MR) {
   const uint8_t* arow[REFCG_AVX2_MR];
   int64_t out_off[REFCG_AVX2_MR];
-  refcg_job_rows(j, i0, MR, arow, out_off);
+  refcg_job_rows_at(j, q, c, MR, arow, out_off);
   __m256i acc[REFCG_AVX2_MR][4];
   for (int r = 0; r < MR; ++r)
     for (int g = 0; g < 4; ++g)
       acc[r][g] = q0 == 0 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i*)(saved + 32 * r + 8 * g));
   const int16_t* wp = ww;
   const int64_t len = j->seg_len;
-  int32_t s = (int32_t)(q0 * 4 / len);
-  for (int64_t k0 = q0 * 4 % len, left = (q1 - q0) * 4; left > 0; ++s, k0 = 0) {
+  int32_t s = q0 ? (int32_t)(q0 * 4 / len) : 0; /* q0 is 0 but for chunks of a long K: no division per tile */
+  for (int64_t k0 = q0 ? q0 * 4 % len : 0, left = (q1 - q0) * 4; left > 0; ++s, k0 = 0) {
     const int64_t k1 = len - k0 < left ? len : k0 + left;
     left -= k1 - k0;
     const uint8_t* x[REFCG_AVX2_MR];
@@ -529,13 +575,15 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
       for (int64_t q0 = 0; q0 < nk; q0 += csz) {
         const int64_t q1 = nk - q0 < csz ? nk : q0 + csz;
         if (nchunks > 1 || g0 == r0) refcg_widen_w_avx2(w + q0 * 64, q1 - q0, ww);
-        int32_t i0 = g0;
-        for (; i0 + REFCG_AVX2_MR <= g1; i0 += REFCG_AVX2_MR)
-          refcg_tile_avx2w(j, &b, i0, ww, q0, q1, nk, saved + 32 * (i0 - g0), REFCG_AVX2_MR);
+        int32_t i0 = g0, q = g0 / j->cols, c = g0 - q * j->cols; /* row i0 is output row q, column c */
+        for (; i0 + REFCG_AVX2_MR <= g1; i0 += REFCG_AVX2_MR) {
+          refcg_tile_avx2w(j, &b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), REFCG_AVX2_MR);
+          refcg_rows_advance(j, &q, &c, REFCG_AVX2_MR);
+        }
         if (g1 - i0 == 2)
-          refcg_tile_avx2w(j, &b, i0, ww, q0, q1, nk, saved + 32 * (i0 - g0), 2);
+          refcg_tile_avx2w(j, &b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), 2);
         else if (g1 - i0 == 1)
-          refcg_tile_avx2w(j, &b, i0, ww, q0, q1, nk, saved + 32 * (i0 - g0), 1);
+          refcg_tile_avx2w(j, &b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), 1);
       }
     }
   }
@@ -1446,7 +1494,7 @@ static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
       } else {
         refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 1);
       }
-      for (c += REFCG_X512_MR; c >= j->cols; c -= j->cols) ++q;
+      refcg_rows_advance(j, &q, &c, REFCG_X512_MR);
     }
   }
 }

@@ -1,0 +1,110 @@
+"""The convs of a mobile network one by one, this checkout's core against another revision's, in one
+process: CPU time of the calling thread (serial core: one thread), median of interleaved runs, and the
+two outputs compared byte for byte. For a runtime change, before the whole-network bench.
+
+    PYTHONPATH=.:tests .venv/bin/python -m tools.kernel_ab --against HEAD [--isa avx512vnni avx2]
+        [--only dw] [--dtype int8 uint8] [--runs 15] [--workdir DIR] [--no-check]
+
+``--workdir``: a runtime/ tree to compare instead of this checkout's (e.g. a second copy being edited).
+Shapes: MobileNetV2's NHWC convs at 224 (name: HxW, channels, kernel, stride), int64 UPWARD requantize
+(TVM's `llvm` numerics), per-channel scales, input zero point 3 (uint8) / -3 (int8).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from core_cffi import Conv2D, Core
+from refcodegen import emit
+from refcodegen.numerics import make_requantize
+from tools.bench_epilogue import bundle_of, thread_ms
+
+# name -> (hw, cin, cout, k, stride, depthwise)
+SHAPES = {
+    "stem 3->32 s2@224": (224, 3, 32, 3, 2, False),
+    "1x1 16->96@112": (112, 16, 96, 1, 1, False),
+    "1x1 32->16@112": (112, 32, 16, 1, 1, False),
+    "1x1 24->144@56": (56, 24, 144, 1, 1, False),
+    "1x1 144->24@56": (56, 144, 24, 1, 1, False),
+    "1x1 96->576@14": (14, 96, 576, 1, 1, False),
+    "1x1 320->1280@7": (7, 320, 1280, 1, 1, False),
+    "dw3x3 32@112": (112, 32, 32, 3, 1, True),
+    "dw3x3 s2 96@112": (112, 96, 96, 3, 2, True),
+    "dw3x3 144@56": (56, 144, 144, 3, 1, True),
+    "dw3x3 s2 144@56": (56, 144, 144, 3, 2, True),
+    "dw3x3 576@14": (14, 576, 576, 3, 1, True),
+    "dw3x3 960@7": (7, 960, 960, 3, 1, True),
+    "dw5x5 672@14": (14, 672, 672, 5, 1, True),
+}
+
+
+def bundle_of_dir(runtime: Path) -> str:
+    saved = emit.core_sources, emit.core_include_dir
+    try:
+        emit.core_sources = lambda: sorted(runtime.glob("*.c"))
+        emit.core_include_dir = lambda: runtime / "include"
+        return emit.bundled_core.__wrapped__()
+    finally:
+        emit.core_sources, emit.core_include_dir = saved
+
+
+def convs_of(cores, name, dtype, rng):
+    hw, cin, cout, k, stride, dw = SHAPES[name]
+    lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
+    x = rng.integers(lo, hi, (1, hw, hw, cin)).astype(dtype)
+    w = rng.integers(-127, 128, (cout, k, k, 1 if dw else cin)).astype(np.int8)
+    bias = rng.integers(-5000, 5000, cout).astype(np.int32)
+    scales = rng.uniform(0.5, 1.5, cout).astype(np.float32) / (40.0 * k * k * (1 if dw else cin))
+    rq = make_requantize(scales, np.float32(1.0), 0, -3, "int8", "UPWARD", "int64")
+    pad = (k // 2,) * 4 if stride == 1 else (k // 2 - 1 + (hw % 2), k // 2 - 1 + (hw % 2), k // 2, k // 2)
+    convs = {label: Conv2D(core, in_shape=x.shape, layout="NHWC", weight_ohwi=w, bias=bias, requant=rq,
+                           strides=(stride, stride), padding=pad, groups=cin if dw else 1, in_dtype=dtype,
+                           input_zp=3 if dtype == "uint8" else -3, reference_weights=False)
+             for label, core in cores.items()}
+    return x, convs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", default="HEAD", help="git revision whose core is the baseline (old)")
+    parser.add_argument("--workdir", default=None, help="runtime/ directory of the new core (default: this checkout's)")
+    parser.add_argument("--isa", nargs="*", default=["avx512vnni", "avx2"])
+    parser.add_argument("--dtype", nargs="*", default=["int8"])
+    parser.add_argument("--only", default="", help="shapes whose name contains this")
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--no-check", action="store_true", help="time a core whose output is knowingly wrong (bounds)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        new = bundle_of_dir(Path(args.workdir)) if args.workdir else None
+        cores = {"old": Core(source=bundle_of(args.against, Path(work))), "new": Core(source=new)}
+    rng = np.random.default_rng(0)
+    print(f"ms per call, 1 thread, CPU time, median of {args.runs} interleaved runs; old = {args.against}")
+    print(f"{'shape':<20} {'dtype':<6} {'isa':<11} {'old':>8} {'new':>8} {'new/old speed':>14}")
+    total = {isa: [0.0, 0.0] for isa in args.isa}
+    for name in (n for n in SHAPES if args.only in n):
+        for dtype in args.dtype:
+            x, convs = convs_of(cores, name, dtype, rng)
+            for isa in args.isa:
+                for core in cores.values():
+                    core.use(isa)
+                outs = [conv.run(x) for conv in convs.values()]
+                assert args.no_check or np.array_equal(outs[0], outs[1]), f"{name} {dtype} {isa}: old and new differ"
+                repeat = max(1, int(2e7 // max(1, convs["old"].macs)))
+                times = {label: [] for label in convs}
+                for _ in range(args.runs):
+                    for label, conv in convs.items():
+                        times[label] += thread_ms(lambda: conv.run(x), repeat, 1)
+                old, new = (statistics.median(times[label]) for label in ("old", "new"))
+                total[isa][0] += old
+                total[isa][1] += new
+                print(f"{name:<20} {dtype:<6} {isa:<11} {old:8.4f} {new:8.4f} {old / new:13.3f}x", flush=True)
+    for isa, (old, new) in total.items():
+        print(f"{'sum':<20} {'':<6} {isa:<11} {old:8.4f} {new:8.4f} {old / new:13.3f}x")
+
+
+if __name__ == "__main__":
+    main()
