@@ -265,3 +265,35 @@ class Dense:
         if status != 0:
             raise RuntimeError(f"refcg_dense returned {status}")
         return out
+
+
+class Binary:
+    """qnn.add/subtract/mul of x and y (numpy broadcasting) bound to the core: ``run(x, y, reference)``
+    through refcg_binary or refcg_binary_ref."""
+
+    def __init__(self, core: Core, op: str, x_shape, y_shape, x_dtype, y_dtype, out_dtype, rq_a: Requantize,
+                 rq_b: Requantize, zps, out_range):
+        self.core, self.out_dtype = core, out_dtype
+        self.out_shape = np.broadcast_shapes(tuple(x_shape), tuple(y_shape))
+        ndim = len(self.out_shape)
+        p = core.ffi.new("refcg_binary_params*")
+        p.op = {"add": core.lib.REFCG_BIN_ADD, "sub": core.lib.REFCG_BIN_SUB, "mul": core.lib.REFCG_BIN_MUL}[op]
+        p.ndim = ndim
+        p.shape = list(self.out_shape) + [0] * (len(p.shape) - ndim)
+        for name, shape in (("a_stride", tuple(x_shape)), ("b_stride", tuple(y_shape))):
+            shape = (1,) * (ndim - len(shape)) + shape
+            compact = np.cumprod((shape[1:] + (1,))[::-1])[::-1]
+            setattr(p, name, [int(st) if dim != 1 else 0 for dim, st in zip(shape, compact)] + [0] * (len(p.shape) - ndim))
+        p.a_dtype, p.b_dtype, p.out_dtype = DTYPE_CODE[str(x_dtype)], DTYPE_CODE[str(y_dtype)], DTYPE_CODE[out_dtype]
+        p.a_zp, p.b_zp, p.out_zp = zps
+        p.out_min, p.out_max = out_range
+        p.rq_a, p.rq_b = core.requant(rq_a)[0], core.requant(rq_b)[0]
+        self.p = p
+
+    def run(self, x: np.ndarray, y: np.ndarray, reference: bool = False) -> np.ndarray:
+        out = np.empty(self.out_shape, self.out_dtype)
+        ffi, lib = self.core.ffi, self.core.lib
+        fn = lib.refcg_binary_ref if reference else lib.refcg_binary
+        if fn(self.p, ffi.from_buffer(x), ffi.from_buffer(y), ffi.from_buffer(out)) != 0:
+            raise RuntimeError("refcg_binary returned an error")
+        return out

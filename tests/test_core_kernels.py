@@ -10,7 +10,7 @@ import zlib
 import numpy as np
 import pytest
 
-from core_cffi import DTYPE_CODE, Conv2D, Core, Dense
+from core_cffi import DTYPE_CODE, Binary, Conv2D, Core, Dense
 import fma_cases as fc
 from refcodegen.numerics import MODES, FloatLowering, make_requantize, no_requantize
 
@@ -223,24 +223,7 @@ def test_depthwise_variants_bit_exact(core, isa, shape, layout, in_dtype):
 
 def run_binary(core, op, x, y, out_dtype, rq_a, rq_b, zps, out_range, reference):
     """refcg_binary (or refcg_binary_ref) with numpy broadcasting of x and y."""
-    out_shape = np.broadcast_shapes(x.shape, y.shape)
-    ndim = len(out_shape)
-    p = core.ffi.new("refcg_binary_params*")
-    p.op = {"add": core.lib.REFCG_BIN_ADD, "sub": core.lib.REFCG_BIN_SUB, "mul": core.lib.REFCG_BIN_MUL}[op]
-    p.ndim = ndim
-    p.shape = list(out_shape) + [0] * (len(p.shape) - ndim)
-    for name, arr in (("a_stride", x), ("b_stride", y)):
-        shape = (1,) * (ndim - arr.ndim) + arr.shape
-        compact = np.cumprod((shape[1:] + (1,))[::-1])[::-1]
-        setattr(p, name, [int(st) if dim != 1 else 0 for dim, st in zip(shape, compact)] + [0] * (len(p.shape) - ndim))
-    p.a_dtype, p.b_dtype, p.out_dtype = DTYPE_CODE[str(x.dtype)], DTYPE_CODE[str(y.dtype)], DTYPE_CODE[out_dtype]
-    p.a_zp, p.b_zp, p.out_zp = zps
-    p.out_min, p.out_max = out_range
-    p.rq_a, p.rq_b = core.requant(rq_a)[0], core.requant(rq_b)[0]
-    out = np.empty(out_shape, out_dtype)
-    fn = core.lib.refcg_binary_ref if reference else core.lib.refcg_binary
-    assert fn(p, core.ffi.from_buffer(x), core.ffi.from_buffer(y), core.ffi.from_buffer(out)) == 0
-    return out
+    return Binary(core, op, x.shape, y.shape, x.dtype, y.dtype, out_dtype, rq_a, rq_b, zps, out_range).run(x, y, reference)
 
 
 # a shape, b shape: residual add, channel broadcast (NCHW and NHWC), a scalar, a row tail of 37,
@@ -276,6 +259,16 @@ def test_binary_variants_bit_exact(core, isa, shapes, op):
             assert len(np.unique(ref)) > min(8, ref.size - 1)
         got = run_binary(core, op, x, y, "int8", rq_a, rq_b, zps, out_range, reference=False)
         assert np.array_equal(got, ref), f"{isa} mode {rq_a.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
+    # a C caller's operand requantize that clamps (add/sub: to int8, which |x - zp| * 1.5 passes; mul: a
+    # clip inside the int8 range, p's out range left wide): the vector kernels clamp as the reference does
+    if op == "mul":
+        rq_a = rq_b = make_requantize(np.float32(0.002), np.float32(1.0), 0, zps[2], "int8", "UPWARD", "int64", (0, 100))
+    else:
+        rq_a = make_requantize(np.float32(1.5), np.float32(1.0), zps[0], zps[2], "int8", "UPWARD", "int64")
+        rq_b = make_requantize(np.float32(1.2), np.float32(1.0), zps[1], zps[2], "int8", "UPWARD", "int64")
+    ref = run_binary(core, op, x, y, "int8", rq_a, rq_b, zps, out_range, reference=True)
+    assert ref.size < 16 or len(np.unique(ref)) > 4
+    assert np.array_equal(run_binary(core, op, x, y, "int8", rq_a, rq_b, zps, out_range, False), ref), f"{isa} clamped operands"
     if op == "add":  # equal scales: TVM skips the multiplies, a plain integer sum
         same = make_requantize(np.float32(1.0), np.float32(1.0), zps[0], zps[2], "int32", "UPWARD", "int64")
         same_b = make_requantize(np.float32(1.0), np.float32(1.0), zps[1], zps[2], "int32", "UPWARD", "int64")

@@ -1,4 +1,4 @@
-"""The convs of a mobile network one by one, this checkout's core against another revision's, in one
+"""The convs (and residual adds) of a mobile network one by one, this checkout's core against another revision's, in one
 process: CPU time of the calling thread (serial core: one thread), median of interleaved runs, and the
 two outputs compared byte for byte. For a runtime change, before the whole-network bench.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core_cffi import Conv2D, Core
+from core_cffi import Binary, Conv2D, Core
 from refcodegen import emit
 from refcodegen.numerics import make_requantize
 from tools.bench_epilogue import bundle_of, thread_ms
@@ -40,6 +40,8 @@ SHAPES = {
     "dw3x3 960@7": (7, 960, 960, 3, 1, True),
     "dw5x5 672@14": (14, 672, 672, 5, 1, True),
 }
+# residual adds (name -> NHWC shape): ResNet-50's and MobileNetV2's
+ADDS = {"add 56x56x256": (1, 56, 56, 256), "add 14x14x1024": (1, 14, 14, 1024), "add 56x56x24": (1, 56, 56, 24)}
 
 
 def bundle_of_dir(runtime: Path) -> str:
@@ -68,6 +70,21 @@ def convs_of(cores, name, dtype, rng):
     return x, convs
 
 
+def adds_of(cores, name, dtype, rng):
+    """qnn.add of two tensors with their own scales and zero points (int32 operand requantize, as
+    refcodegen/ops/binary.py plans it), int64 UPWARD, clipped like a fused ReLU."""
+    shape = ADDS[name]
+    lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
+    x, y = (rng.integers(lo, hi, shape).astype(dtype) for _ in range(2))
+    zps = (3, -5, 1) if dtype == "int8" else (120, 131, 7)
+    rq_a = make_requantize(np.float32(0.031), np.float32(0.05), zps[0], zps[2], "int32", "UPWARD", "int64")
+    rq_b = make_requantize(np.float32(0.043), np.float32(0.05), zps[1], zps[2], "int32", "UPWARD", "int64")
+    out_range = (zps[2], 127 if dtype == "int8" else 255)
+    adds = {label: Binary(core, "add", shape, shape, dtype, dtype, dtype, rq_a, rq_b, zps, out_range)
+            for label, core in cores.items()}
+    return (x, y), adds
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", default="HEAD", help="git revision whose core is the baseline (old)")
@@ -85,19 +102,21 @@ def main():
     print(f"ms per call, 1 thread, CPU time, median of {args.runs} interleaved runs; old = {args.against}")
     print(f"{'shape':<20} {'dtype':<6} {'isa':<11} {'old':>8} {'new':>8} {'new/old speed':>14}")
     total = {isa: [0.0, 0.0] for isa in args.isa}
-    for name in (n for n in SHAPES if args.only in n):
+    for name in (n for n in list(SHAPES) + list(ADDS) if args.only in n):
         for dtype in args.dtype:
-            x, convs = convs_of(cores, name, dtype, rng)
+            inputs, kernels = (adds_of if name in ADDS else convs_of)(cores, name, dtype, rng)
+            inputs = inputs if name in ADDS else (inputs,)
             for isa in args.isa:
                 for core in cores.values():
                     core.use(isa)
-                outs = [conv.run(x) for conv in convs.values()]
+                outs = [kernel.run(*inputs) for kernel in kernels.values()]
                 assert args.no_check or np.array_equal(outs[0], outs[1]), f"{name} {dtype} {isa}: old and new differ"
-                repeat = max(1, int(2e7 // max(1, convs["old"].macs)))
-                times = {label: [] for label in convs}
+                work = getattr(kernels["old"], "macs", 0) or 10 * np.prod(outs[0].shape)
+                repeat = max(1, int(2e7 // work))
+                times = {label: [] for label in kernels}
                 for _ in range(args.runs):
-                    for label, conv in convs.items():
-                        times[label] += thread_ms(lambda: conv.run(x), repeat, 1)
+                    for label, kernel in kernels.items():
+                        times[label] += thread_ms(lambda: kernel.run(*inputs), repeat, 1)
                 old, new = (statistics.median(times[label]) for label in ("old", "new"))
                 total[isa][0] += old
                 total[isa][1] += new
