@@ -990,10 +990,21 @@ static void refcg_gather_avx512(const void* ctx, int64_t t0, int64_t t1) {
     for (int64_t i = 0; i < j->n; ++i) j->out[r * j->n + i] = j->in[at + take[i]];
 }
 
-/* ---- qnn.requantize of 8-bit rows (refcg_rq_job): 8 elements per step under the plan ---- */
+/* ---- qnn.requantize of 8-bit rows (refcg_rq_job): 32 elements per step (one pack), then 8, under the plan ---- */
 REFCG_INLINE void refcg_rq_run_avx2(const refcg_requant* rq, const refcg_rqv_avx2* r, __m256i count, const uint8_t* in,
-                                    int32_t dtype, uint8_t* out, int64_t n, const int plan, const int pre) {
-  for (int64_t i = 0; i < n; i += 8) {
+                                    int32_t dtype, uint8_t* out, int64_t n, int is_unsigned, const int plan, const int pre) {
+  const __m256i lo8 = _mm256_set1_epi8((char)rq->out_min), hi8 = _mm256_set1_epi8((char)rq->out_max);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i v[4];
+    for (int q = 0; q < 4; ++q) {
+      __m256i x = refcg_bin_load_avx2(in + i + 8 * q, 1, dtype, 8);
+      if (pre) x = _mm256_sllv_epi32(x, count);
+      v[q] = refcg_rq_planned_unclamped_avx2(rq, x, r, plan);
+    }
+    _mm256_storeu_si256((__m256i*)(out + i), refcg_pack4_avx2(v, lo8, hi8, is_unsigned));
+  }
+  for (; i < n; i += 8) {
     __m256i x = refcg_bin_load_avx2(in + i, 1, dtype, n - i);
     if (pre) x = _mm256_sllv_epi32(x, count);
     refcg_store_bytes_avx2(out + i, refcg_rq_planned_avx2(rq, x, r, plan), n - i);
@@ -1013,11 +1024,12 @@ static void refcg_requantize_avx2(const void* ctx, int64_t t0, int64_t t1) {
     const int64_t row = refcg_rq_chunk(j, t, &i0, &i1);
     const uint8_t* in = j->in + row * j->n + i0;
     uint8_t* out = j->out + row * p->out_outer_stride + p->out_offset + i0;
+    const int u8 = p->out_dtype == REFCG_U8;
     if (pre) {
-      refcg_rq_run_avx2(&rq, &r, count, in, p->in_dtype, out, i1 - i0, REFCG_PLAN_I64_UP, 1);
+      refcg_rq_run_avx2(&rq, &r, count, in, p->in_dtype, out, i1 - i0, u8, REFCG_PLAN_I64_UP, 1);
       continue;
     }
-#define REFCG_RQ_RUN_AVX2(q) refcg_rq_run_avx2(&rq, &r, count, in, p->in_dtype, out, i1 - i0, q, 0)
+#define REFCG_RQ_RUN_AVX2(q) refcg_rq_run_avx2(&rq, &r, count, in, p->in_dtype, out, i1 - i0, u8, q, 0)
     REFCG_WITH_PLAN(plan, REFCG_RQ_RUN_AVX2);
 #undef REFCG_RQ_RUN_AVX2
   }
@@ -2061,10 +2073,20 @@ static void refcg_lut_avx512(const void* ctx, int64_t t0, int64_t t1) {
   for (int64_t i = t0 * REFCG_BIN_CHUNK; i < i1; ++i) j->out[i] = j->table[j->in[i]];
 }
 
-/* ---- qnn.requantize of 8-bit rows (refcg_rq_job): 16 elements per step under the plan ---- */
+/* ---- qnn.requantize of 8-bit rows (refcg_rq_job): 64 elements per step (one pack), then 16, under the plan ---- */
 REFCG_INLINE void refcg_rq_run_avx512(const refcg_rqv_avx512* r, __m512i count, const uint8_t* in, int32_t dtype,
-                                      uint8_t* out, int64_t n, const int plan, const int pre) {
-  for (int64_t i = 0; i < n; i += 16) {
+                                      uint8_t* out, int64_t n, int is_unsigned, const int plan, const int pre) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512i v[4];
+    for (int q = 0; q < 4; ++q) {
+      __m512i x = refcg_bin_load_avx512(in + i + 16 * q, 1, dtype, 0xFFFF);
+      if (pre) x = _mm512_sllv_epi32(x, count);
+      v[q] = refcg_rq_planned_avx512(r, x, plan);
+    }
+    _mm512_storeu_si512(out + i, refcg_pack_bytes_avx512(v, 4, r->lo8, r->hi8, is_unsigned));
+  }
+  for (; i < n; i += 16) {
     const __mmask16 mask = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
     __m512i x = refcg_bin_load_avx512(in + i, 1, dtype, mask);
     if (pre) x = _mm512_sllv_epi32(x, count);
@@ -2084,11 +2106,12 @@ static void refcg_requantize_avx512(const void* ctx, int64_t t0, int64_t t1) {
     const int64_t row = refcg_rq_chunk(j, t, &i0, &i1);
     const uint8_t* in = j->in + row * j->n + i0;
     uint8_t* out = j->out + row * p->out_outer_stride + p->out_offset + i0;
+    const int u8 = p->out_dtype == REFCG_U8;
     if (pre) {
-      refcg_rq_run_avx512(&r, count, in, p->in_dtype, out, i1 - i0, REFCG_PLAN_I64_UP, 1);
+      refcg_rq_run_avx512(&r, count, in, p->in_dtype, out, i1 - i0, u8, REFCG_PLAN_I64_UP, 1);
       continue;
     }
-#define REFCG_RQ_RUN_AVX512(q) refcg_rq_run_avx512(&r, count, in, p->in_dtype, out, i1 - i0, q, 0)
+#define REFCG_RQ_RUN_AVX512(q) refcg_rq_run_avx512(&r, count, in, p->in_dtype, out, i1 - i0, u8, q, 0)
     REFCG_WITH_PLAN(plan, REFCG_RQ_RUN_AVX512);
 #undef REFCG_RQ_RUN_AVX512
   }
