@@ -30,7 +30,11 @@ def bundle_of(revision: str, work: Path) -> str:
     archive = subprocess.run(["git", "-C", str(root), "archive", revision, "runtime"], check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
-    runtime = work / "runtime"
+    return bundle_of_dir(work / "runtime")
+
+
+def bundle_of_dir(runtime: Path) -> str:
+    """The bundled core of the runtime/ tree at ``runtime``."""
     saved = emit.core_sources, emit.core_include_dir
     try:
         emit.core_sources = lambda: sorted(runtime.glob("*.c"))

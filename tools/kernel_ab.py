@@ -19,9 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from core_cffi import Binary, Conv2D, Core
-from refcodegen import emit
 from refcodegen.numerics import make_requantize
-from tools.bench_epilogue import bundle_of, thread_ms
+from tools.bench_epilogue import bundle_of, bundle_of_dir, thread_ms
 
 # name -> (hw, cin, cout, k, stride, depthwise)
 SHAPES = {
@@ -42,16 +41,6 @@ SHAPES = {
 }
 # residual adds (name -> NHWC shape): ResNet-50's and MobileNetV2's
 ADDS = {"add 56x56x256": (1, 56, 56, 256), "add 14x14x1024": (1, 14, 14, 1024), "add 56x56x24": (1, 56, 56, 24)}
-
-
-def bundle_of_dir(runtime: Path) -> str:
-    saved = emit.core_sources, emit.core_include_dir
-    try:
-        emit.core_sources = lambda: sorted(runtime.glob("*.c"))
-        emit.core_include_dir = lambda: runtime / "include"
-        return emit.bundled_core.__wrapped__()
-    finally:
-        emit.core_sources, emit.core_include_dir = saved
 
 
 def convs_of(cores, name, dtype, rng):
