@@ -717,6 +717,20 @@ REFCG_INLINE int64_t refcg_rq_chunk(const refcg_rq_job* j, int64_t t, int64_t* i
   return t / j->chunks;
 }
 
+/* The output range of binary op p: mul's is its product's requantize's (rq_a clamps), add/subtract's p's. */
+REFCG_INLINE void refcg_bin_out_range(const refcg_binary_params* p, int32_t* lo, int32_t* hi) {
+  const int mul = p->op == REFCG_BIN_MUL;
+  *lo = mul ? p->rq_a.out_min : p->out_min;
+  *hi = mul ? p->rq_a.out_max : p->out_max;
+}
+
+/* add/subtract: an operand's requantize clamps to less than the int32 range (refcodegen plans int32
+ * operands, whose clamp the vector kernels skip; a C caller may narrow it). */
+REFCG_INLINE int refcg_bin_clamps_operands(const refcg_binary_params* p) {
+  return p->op != REFCG_BIN_MUL && (p->rq_a.out_min != INT32_MIN || p->rq_a.out_max != INT32_MAX ||
+                                    p->rq_b.out_min != INT32_MIN || p->rq_b.out_max != INT32_MAX);
+}
+
 /* Chunks [t0, t1): offsets of the first row from its index, then an odometer. */
 REFCG_INLINE void refcg_bin_rows(const refcg_bin_job* j, const void* k, int64_t t0, int64_t t1, refcg_bin_row_fn row) {
   const int32_t nd = j->ndim;

@@ -928,8 +928,8 @@ static void refcg_bin_avx2(const void* ctx, int64_t r0, int64_t r1) {
   k.rb = refcg_rqv_load8_avx2(&p->rq_b, 0, 8, 0, 1);
   k.qa = p->rq_a;
   k.qb = p->rq_b;
-  const int mul = p->op == REFCG_BIN_MUL;
-  const int32_t lo = mul ? p->rq_a.out_min : p->out_min, hi = mul ? p->rq_a.out_max : p->out_max;
+  int32_t lo, hi;
+  refcg_bin_out_range(p, &lo, &hi);
   k.azp = _mm256_set1_epi32(p->a_zp);
   k.bzp = _mm256_set1_epi32(p->b_zp);
   k.ozp = _mm256_set1_epi32(p->out_zp);
@@ -937,8 +937,7 @@ static void refcg_bin_avx2(const void* ctx, int64_t r0, int64_t r1) {
   k.hi = _mm256_set1_epi32(hi);
   k.lo8 = _mm256_set1_epi8((char)lo);
   k.hi8 = _mm256_set1_epi8((char)hi);
-  k.clamp_ab = !mul && (p->rq_a.out_min != INT32_MIN || p->rq_a.out_max != INT32_MAX || p->rq_b.out_min != INT32_MIN ||
-                        p->rq_b.out_max != INT32_MAX);
+  k.clamp_ab = refcg_bin_clamps_operands(p);
   k.plan = p->op == REFCG_BIN_MUL ? refcg_rq_plan_avx2(&k.qa, &k.ra)
                                   : REFCG_PLAN_MEET(refcg_rq_plan_avx2(&k.qa, &k.ra), refcg_rq_plan_avx2(&k.qb, &k.rb));
   /* add/subtract: an operand that shifts first, where both then take the int64 right-shift plan */
@@ -2025,13 +2024,13 @@ static void refcg_bin_avx512(const void* ctx, int64_t r0, int64_t r1) {
   k.azp = _mm512_set1_epi32(p->a_zp);
   k.bzp = _mm512_set1_epi32(p->b_zp);
   k.ozp = _mm512_set1_epi32(p->out_zp);
-  const int mul = p->op == REFCG_BIN_MUL; /* mul: ra clamps to the output range */
-  k.lo = mul ? k.ra.lo : _mm512_set1_epi32(p->out_min);
-  k.hi = mul ? k.ra.hi : _mm512_set1_epi32(p->out_max);
-  k.lo8 = _mm512_set1_epi8((char)(mul ? p->rq_a.out_min : p->out_min));
-  k.hi8 = _mm512_set1_epi8((char)(mul ? p->rq_a.out_max : p->out_max));
-  k.clamp_ab = !mul && (p->rq_a.out_min != INT32_MIN || p->rq_a.out_max != INT32_MAX || p->rq_b.out_min != INT32_MIN ||
-                        p->rq_b.out_max != INT32_MAX);
+  int32_t lo, hi;
+  refcg_bin_out_range(p, &lo, &hi);
+  k.lo = _mm512_set1_epi32(lo);
+  k.hi = _mm512_set1_epi32(hi);
+  k.lo8 = _mm512_set1_epi8((char)lo);
+  k.hi8 = _mm512_set1_epi8((char)hi);
+  k.clamp_ab = refcg_bin_clamps_operands(p);
   k.plan = p->op == REFCG_BIN_MUL ? refcg_rq_plan_avx512(&k.ra)
                                   : REFCG_PLAN_MEET(refcg_rq_plan_avx512(&k.ra), refcg_rq_plan_avx512(&k.rb));
   /* add/subtract: an operand that shifts first, where both then take the int64 right-shift plan */
