@@ -23,7 +23,8 @@ test: $(STAMP)
 
 # What keeps make test under 20 minutes on 2 cores: the fuzz harness, the sanitizer builds, more
 # numerics variants of the boundary sweeps, the cortex-a53 rounding rule, the profiler build (its own core
-# compile), tvmc on an ONNX QDQ model (tvmc's export compiles the core) (tests marked slow); CI runs it.
+# compile), tvmc on an ONNX QDQ model (tvmc's export compiles the core), the x86 `make -C runtime check`
+# (tests marked slow); CI runs it.
 test-slow: $(STAMP)
 	$(ARM_SETUP) || [ $$? -eq $(ARM_UNAVAILABLE) ]
 	cd tests && ../$(BIN)/pytest -q -n auto --maxprocesses=4 -m slow
