@@ -40,6 +40,8 @@
  * REFCG_PLAN_ANY tests them per vector; REFCG_PLAN_I64_UP is the int64 UPWARD plan with right shifts
  * only; REFCG_PLAN_F32_UP + (fused) + 2 * (post added) is float32 UPWARD, not identity. */
 enum { REFCG_PLAN_ANY = 0, REFCG_PLAN_I64_UP = 1, REFCG_PLAN_F32_UP = 2 };
+/* The binary kernels' plan of both operands in refcg_rq32 form (past REFCG_WITH_PLAN's values). */
+#define REFCG_PLAN_N32 16
 #define REFCG_PLAN_FUSED(plan) (((plan) - REFCG_PLAN_F32_UP) & 1)
 #define REFCG_PLAN_POST(plan) (((plan) - REFCG_PLAN_F32_UP) >> 1)
 
@@ -246,6 +248,42 @@ REFCG_INLINE int32_t refcg_bin_preshift(const refcg_requant* rq) {
   if (rq->input_zp < -255 || rq->input_zp > 255 || rq->shift[0] > 63 || rq->shift[0] < -32) return 0;
   const int32_t l1 = refcg_fpm_one_of(rq, 0).l1;
   return l1 <= 21 ? l1 : 0;
+}
+
+/* An 8-bit operand's requantize before its clamp, q(x) for the 256 values of its dtype from lo, in
+ * 32-bit lanes: (x * m + c) >> s, one multiply, add and shift where the int64 form takes two
+ * multiplies, two adds and three shuffles per vector. The candidate is TVM's int64 UPWARD form
+ * q(x) = ((x - izp) * M + 2^(T - 1) + (ozp << T)) >> T (T = 31 - shift) with the addend rounded
+ * and M rounded (variant 0), floored (1) or raised (2) to T - s fewer bits, s the largest shift at
+ * which x * m + c cannot wrap (an identity: x + ozp - izp). Only a candidate: a caller takes one that
+ * equals its own vector requantize (any mode) on all 256 values (refcg_bin_rq32_*). A ratio whose
+ * products land within 2^-16 or so of a rounding step (0.62 = 31/50: many do) has none. */
+typedef struct {
+  int32_t m, c, s;
+} refcg_rq32;
+#define REFCG_RQ32_VARIANTS 3
+
+REFCG_INLINE int refcg_rq32_candidate(const refcg_requant* rq, int32_t lo, int variant, refcg_rq32* f) {
+  if (rq->per_channel) return 0;
+  if (rq->identity) {
+    f->m = 1, f->c = rq->output_zp - rq->input_zp, f->s = 0;
+    return variant == 0;
+  }
+  const int32_t T = 31 - rq->shift[0];
+  if (T < 2 || T > 54) return 0; /* 2^(T - 1) and ozp << T (|ozp| < 2^8) in int64 */
+  const int64_t M = rq->multiplier[0];
+  const int64_t K = -(int64_t)rq->input_zp * M + ((int64_t)1 << (T - 1)) + (int64_t)rq->output_zp * ((int64_t)1 << T);
+  const int64_t xmax = lo + 255 > -(int64_t)lo ? lo + 255 : -(int64_t)lo;
+  for (int32_t s = T - 1; s >= 1; --s) {
+    const int32_t e = T - s;
+    const int64_t low = M & (((int64_t)1 << e) - 1);
+    const int64_t m = (M >> e) + (variant == 0 ? (M >> (e - 1)) & 1 : variant == 2 ? low != 0 : 0);
+    const int64_t c = (K >> e) + ((K >> (e - 1)) & 1);
+    if (xmax * m + (c < 0 ? -c : c) >= ((int64_t)1 << 31)) continue;
+    f->m = (int32_t)m, f->c = (int32_t)c, f->s = s;
+    return 1;
+  }
+  return 0;
 }
 
 /* Modes with vector code: every mode but the aarch64 NEON one, int64 shifts in [-32, 63]. */

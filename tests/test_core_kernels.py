@@ -248,6 +248,9 @@ def test_binary_variants_bit_exact(core, isa, shapes, op):
     cases = [(rounding, compute, (0.7, 0.45)) for rounding, compute in MODES]
     if op != "mul":  # mul reads neither scale
         cases += [("UPWARD", "int64", scales) for scales in ((0.3, 0.2), (1.7, 0.6), (2.0**20, 0.3), (2.0**21, 0.3))]
+        # ratios off simple fractions, whose 8-bit operands x86 requantizes in 32 bits (refcg_rq32: the
+        # ratios above land near rounding steps and keep the int64 form), in every mode
+        cases += [(rounding, compute, (0.4728913, 0.3196284)) for rounding, compute in MODES]
     for rounding, compute, (sa, sb) in cases:
         if op == "mul":
             rq_a = rq_b = make_requantize(np.float32(0.002), np.float32(1.0), 0, zps[2], "int8", rounding, compute)

@@ -40,7 +40,8 @@ SHAPES = {
     "dw5x5 672@14": (14, 672, 672, 5, 1, True),
 }
 # residual adds (name -> NHWC shape): ResNet-50's and MobileNetV2's
-ADDS = {"add 56x56x256": (1, 56, 56, 256), "add 14x14x1024": (1, 14, 14, 1024), "add 56x56x24": (1, 56, 56, 24)}
+ADDS = {"add 56x56x256": (1, 56, 56, 256), "add 14x14x1024": (1, 14, 14, 1024), "add 56x56x24": (1, 56, 56, 24),
+        "mul 112x112x32 by 32": (1, 112, 112, 32)}  # squeeze-excite's channel scale (EfficientNet)
 
 
 def convs_of(cores, name, dtype, rng):
@@ -61,15 +62,19 @@ def convs_of(cores, name, dtype, rng):
 
 def adds_of(cores, name, dtype, rng):
     """qnn.add of two tensors with their own scales and zero points (int32 operand requantize, as
-    refcodegen/ops/binary.py plans it), int64 UPWARD, clipped like a fused ReLU."""
+    refcodegen/ops/binary.py plans it), int64 UPWARD, clipped like a fused ReLU; or qnn.mul by a
+    per-channel vector (one requantize of the product)."""
     shape = ADDS[name]
+    op, y_shape = ("mul", (1, 1, 1, shape[-1])) if name.startswith("mul") else ("add", shape)
     lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
-    x, y = (rng.integers(lo, hi, shape).astype(dtype) for _ in range(2))
+    x, y = (rng.integers(lo, hi, s).astype(dtype) for s in (shape, y_shape))
     zps = (3, -5, 1) if dtype == "int8" else (120, 131, 7)
     rq_a = make_requantize(np.float32(0.031), np.float32(0.05), zps[0], zps[2], "int32", "UPWARD", "int64")
     rq_b = make_requantize(np.float32(0.043), np.float32(0.05), zps[1], zps[2], "int32", "UPWARD", "int64")
     out_range = (zps[2], 127 if dtype == "int8" else 255)
-    adds = {label: Binary(core, "add", shape, shape, dtype, dtype, dtype, rq_a, rq_b, zps, out_range)
+    if op == "mul":  # one requantize of the product, clamped to the output range
+        rq_a = rq_b = make_requantize(np.float32(0.031 * 0.004), np.float32(0.05), 0, zps[2], dtype, "UPWARD", "int64")
+    adds = {label: Binary(core, op, shape, y_shape, dtype, dtype, dtype, rq_a, rq_b, zps, out_range)
             for label, core in cores.items()}
     return (x, y), adds
 
