@@ -1,6 +1,7 @@
-"""The convs (and residual adds) of a mobile network one by one, this checkout's core against another revision's, in one
-process: CPU time of the calling thread (serial core: one thread), median of interleaved runs, and the
-two outputs compared byte for byte. For a runtime change, before the whole-network bench.
+"""The convs (and residual adds, a squeeze-excite mul) of a mobile network one by one, this checkout's
+core against another revision's, in one process: CPU time of the calling thread (serial core: one
+thread), median of interleaved runs, and the two outputs compared byte for byte. For a runtime change,
+before the whole-network bench.
 
     PYTHONPATH=.:tests .venv/bin/python -m tools.kernel_ab --against HEAD [--isa avx512vnni avx2]
         [--only dw] [--dtype int8 uint8] [--runs 15] [--workdir DIR] [--no-check]
