@@ -584,8 +584,9 @@ REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const vo
 
 REFCG_API int refcg_requantize(const refcg_requantize_params* p, const void* input, void* output) {
   const refcg_isa_config* isa = refcg_isa_current();
-  if (!isa->requantize || !refcg_is_8bit(p->in_dtype) || !refcg_is_8bit(p->out_dtype) || p->rq.per_channel ||
-      !refcg_rq_vector_ok(&p->rq, 1) || p->outer < 1 || p->channels < 1 || p->inner < 1)
+  const int in_ok = refcg_is_8bit(p->in_dtype) || p->in_dtype == REFCG_S32; /* int32: a mean's or a sum's */
+  if (!isa->requantize || !in_ok || !refcg_is_8bit(p->out_dtype) || p->rq.per_channel || !refcg_rq_vector_ok(&p->rq, 1) ||
+      p->outer < 1 || p->channels < 1 || p->inner < 1)
     return refcg_requantize_ref(p, input, output);
   refcg_rq_job j = {p, (const uint8_t*)input, (uint8_t*)output, p->channels * p->inner, 0};
   int64_t rows = p->outer;

@@ -658,10 +658,34 @@ REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base,
   }
 }
 
-/* Pixels [ow, out_w) of one output row with refcg_dw_cols_avx2, PX at a time. */
-#define REFCG_DW_COLS_AVX2_ROW(K, PX, S)                                                                 \
-  for (; ow + (PX) <= j->out_w; ow += (PX))                                                              \
+/* ROW(K, PX, S, MIN) for the column kernels' shapes (refcg_dw_cols_fit): 3- or 5-wide, stride 1 or 2,
+ * 8 then 4 pixels at a time (the last 4 ending at the row's end: refcg_dw_next), then NARROW(K, S)
+ * (the pixels left). */
+#define REFCG_DW_COLS_SHAPE(ROW, NARROW, MIN, K, S) \
+  do {                                              \
+    ROW(K, 8, S, 8);                                \
+    ROW(K, 4, S, MIN);                              \
+    NARROW(K, S);                                   \
+  } while (0)
+#define REFCG_DW_COLS_SHAPES(ROW, NARROW, MIN)           \
+  do {                                                   \
+    if (j->kw == 3 && j->sw == 1)                        \
+      REFCG_DW_COLS_SHAPE(ROW, NARROW, MIN, 3, 1);       \
+    else if (j->kw == 3)                                 \
+      REFCG_DW_COLS_SHAPE(ROW, NARROW, MIN, 3, 2);       \
+    else if (j->sw == 1)                                 \
+      REFCG_DW_COLS_SHAPE(ROW, NARROW, MIN, 5, 1);       \
+    else                                                 \
+      REFCG_DW_COLS_SHAPE(ROW, NARROW, MIN, 5, 2);       \
+  } while (0)
+#define REFCG_DW_NO_NARROW(K, S) (void)0 /* the caller's per-pixel kernel takes them */
+
+/* Pixels [ow, out_w) of one output row with refcg_dw_cols_avx2, PX at a time (refcg_dw_next). */
+#define REFCG_DW_COLS_AVX2_ROW(K, PX, S, MIN)                                                            \
+  for (; ow + (PX) <= j->out_w; ow = refcg_dw_next(ow, j->out_w, PX, MIN))                               \
     refcg_dw_cols_avx2(j, row + ow * pstride, rowb, vw, c0, r, corr, oh * j->o_h + ow * j->o_w, nvalid, K, PX, S, plan)
+
+#define REFCG_DW_COLS_AVX2_ROW1(K, S) REFCG_DW_COLS_AVX2_ROW(K, 1, S, 1)
 
 /* Output rows [r0, r1) of channels [c0, c0 + nvalid) with refcg_dw_cols_avx2 under plan. */
 REFCG_INLINE void refcg_dw_cols_rows_avx2(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid,
@@ -670,23 +694,7 @@ REFCG_INLINE void refcg_dw_cols_rows_avx2(const refcg_dw_job* j, int64_t r0, int
   for (int64_t oh = r0; oh < r1; ++oh) {
     const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
     int32_t ow = 0;
-    if (j->kw == 3 && j->sw == 1) {
-      REFCG_DW_COLS_AVX2_ROW(3, 8, 1);
-      REFCG_DW_COLS_AVX2_ROW(3, 4, 1);
-      REFCG_DW_COLS_AVX2_ROW(3, 1, 1);
-    } else if (j->kw == 3) {
-      REFCG_DW_COLS_AVX2_ROW(3, 8, 2);
-      REFCG_DW_COLS_AVX2_ROW(3, 4, 2);
-      REFCG_DW_COLS_AVX2_ROW(3, 1, 2);
-    } else if (j->sw == 1) {
-      REFCG_DW_COLS_AVX2_ROW(5, 8, 1);
-      REFCG_DW_COLS_AVX2_ROW(5, 4, 1);
-      REFCG_DW_COLS_AVX2_ROW(5, 1, 1);
-    } else {
-      REFCG_DW_COLS_AVX2_ROW(5, 8, 2);
-      REFCG_DW_COLS_AVX2_ROW(5, 4, 2);
-      REFCG_DW_COLS_AVX2_ROW(5, 1, 2);
-    }
+    REFCG_DW_COLS_SHAPES(REFCG_DW_COLS_AVX2_ROW, REFCG_DW_COLS_AVX2_ROW1, 3);
   }
 }
 
@@ -1047,6 +1055,12 @@ static void refcg_gather_avx512(const void* ctx, int64_t t0, int64_t t1) {
 }
 
 /* ---- qnn.requantize of 8-bit rows (refcg_rq_job): 32 elements per step (one pack), then 8, under the plan ---- */
+/* Up to 8 elements of a qnn.requantize input from element i: 8-bit (as a binary operand) or int32. */
+REFCG_INLINE __m256i refcg_rq_load_avx2(const uint8_t* in, int64_t i, int32_t dtype, int64_t n) {
+  if (dtype == REFCG_S32) return _mm256_maskload_epi32((const int*)in + i, refcg_lanes_avx2(n < 8 ? (int32_t)n : 8));
+  return refcg_bin_load_avx2(in + i, 1, dtype, n);
+}
+
 REFCG_INLINE void refcg_rq_run_avx2(const refcg_requant* rq, const refcg_rqv_avx2* r, __m256i count, const uint8_t* in,
                                     int32_t dtype, uint8_t* out, int64_t n, int is_unsigned, const int plan, const int pre) {
   const __m256i lo8 = _mm256_set1_epi8((char)rq->out_min), hi8 = _mm256_set1_epi8((char)rq->out_max);
@@ -1054,14 +1068,14 @@ REFCG_INLINE void refcg_rq_run_avx2(const refcg_requant* rq, const refcg_rqv_avx
   for (; i + 32 <= n; i += 32) {
     __m256i v[4];
     for (int q = 0; q < 4; ++q) {
-      __m256i x = refcg_bin_load_avx2(in + i + 8 * q, 1, dtype, 8);
+      __m256i x = refcg_rq_load_avx2(in, i + 8 * q, dtype, 8);
       if (pre) x = _mm256_sllv_epi32(x, count);
       v[q] = refcg_rq_planned_unclamped_avx2(rq, x, r, plan);
     }
     _mm256_storeu_si256((__m256i*)(out + i), refcg_pack4_avx2(v, lo8, hi8, is_unsigned));
   }
   for (; i < n; i += 8) {
-    __m256i x = refcg_bin_load_avx2(in + i, 1, dtype, n - i);
+    __m256i x = refcg_rq_load_avx2(in, i, dtype, n - i);
     if (pre) x = _mm256_sllv_epi32(x, count);
     refcg_store_bytes_avx2(out + i, refcg_rq_planned_avx2(rq, x, r, plan), n - i);
   }
@@ -1071,14 +1085,16 @@ static void refcg_requantize_avx2(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_rq_job* j = (const refcg_rq_job*)ctx;
   const refcg_requantize_params* p = j->p;
   refcg_requant rq = p->rq;
-  refcg_rqv_avx2 r = refcg_rqv_load8_avx2(&rq, 0, 8, 0, 1);
+  const int narrow = p->in_dtype != REFCG_S32;
+  refcg_rqv_avx2 r = refcg_rqv_load8_avx2(&rq, 0, 8, 0, narrow);
   const int plan = refcg_rq_plan_avx2(&rq, &r);
-  const __m256i count = refcg_bin_preshift_avx2(&rq, &r); /* 8-bit input: as a binary operand */
+  /* 8-bit input: as a binary operand (int32: the right-shift plan without a shift first) */
+  const __m256i count = narrow ? refcg_bin_preshift_avx2(&rq, &r) : _mm256_setzero_si256();
   const int pre = plan != refcg_rq_plan_avx2(&rq, &r);
   for (int64_t t = t0; t < t1; ++t) {
     int64_t i0, i1;
     const int64_t row = refcg_rq_chunk(j, t, &i0, &i1);
-    const uint8_t* in = j->in + row * j->n + i0;
+    const uint8_t* in = j->in + (row * j->n + i0) * (narrow ? 1 : 4);
     uint8_t* out = j->out + row * p->out_outer_stride + p->out_offset + i0;
     const int u8 = p->out_dtype == REFCG_U8;
     if (pre) {
@@ -1730,31 +1746,13 @@ REFCG_INLINE int refcg_dw_plan_avx512(const refcg_dw_job* j, const refcg_rqv_avx
 }
 
 /* Pixels [ow, out_w) of one output row with refcg_dw_cols_avx512 (or on row quads,
- * refcg_dwq_cols_avx512), PX at a time. */
-#define REFCG_DW_COLS_ROW(K, PX, S)                                                                          \
-  for (; ow + (PX) <= j->out_w; ow += (PX))                                                                  \
+ * refcg_dwq_cols_avx512), PX at a time (refcg_dw_next). */
+#define REFCG_DW_COLS_ROW(K, PX, S, MIN)                                                                     \
+  for (; ow + (PX) <= j->out_w; ow = refcg_dw_next(ow, j->out_w, PX, MIN))                                   \
     refcg_dw_cols_avx512(j, row + ow * pstride, rowb, wide, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan)
-#define REFCG_DWQ_COLS_ROW(K, PX, S)                                                                         \
-  for (; ow + (PX) <= j->out_w; ow += (PX))                                                                  \
+#define REFCG_DWQ_COLS_ROW(K, PX, S, MIN)                                                                    \
+  for (; ow + (PX) <= j->out_w; ow = refcg_dw_next(ow, j->out_w, PX, MIN))                                   \
     refcg_dwq_cols_avx512(j, row + ow * pstride, rowb, wq, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan)
-/* ROW(K, PX, S) for the column kernels' shapes (refcg_dw_cols_fit): 3- or 5-wide, stride 1 or 2, 8
- * then 4 pixels at a time. */
-#define REFCG_DW_COLS_SHAPES(ROW)   \
-  do {                              \
-    if (j->kw == 3 && j->sw == 1) { \
-      ROW(3, 8, 1);                 \
-      ROW(3, 4, 1);                 \
-    } else if (j->kw == 3) {        \
-      ROW(3, 8, 2);                 \
-      ROW(3, 4, 2);                 \
-    } else if (j->sw == 1) {        \
-      ROW(5, 8, 1);                 \
-      ROW(5, 4, 1);                 \
-    } else {                        \
-      ROW(5, 8, 2);                 \
-      ROW(5, 4, 2);                 \
-    }                               \
-  } while (0)
 
 /* Output rows [r0, r1) of channels [c0, c0 + 16): the column kernels (cols), epilogue under plan,
  * then 4 and 1 pixels at a time with refcg_dw_px_avx512. */
@@ -1767,9 +1765,9 @@ REFCG_INLINE void refcg_dw_rows_avx512(const refcg_dw_job* j, int64_t r0, int64_
     const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
     int32_t ow = 0;
     if (wq) { /* row quads: 3x3 and 5x5 (refcg_dw_quad_weights) */
-      REFCG_DW_COLS_SHAPES(REFCG_DWQ_COLS_ROW);
+      REFCG_DW_COLS_SHAPES(REFCG_DWQ_COLS_ROW, REFCG_DW_NO_NARROW, 1);
     } else if (cols) {
-      REFCG_DW_COLS_SHAPES(REFCG_DW_COLS_ROW);
+      REFCG_DW_COLS_SHAPES(REFCG_DW_COLS_ROW, REFCG_DW_NO_NARROW, 1);
     }
     for (; ow + 4 <= j->out_w; ow += 4)
       refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, r, corr, oh * j->o_h + ow * j->o_w, 4);
@@ -2167,13 +2165,19 @@ static void refcg_lut_avx512(const void* ctx, int64_t t0, int64_t t1) {
 }
 
 /* ---- qnn.requantize of 8-bit rows (refcg_rq_job): 64 elements per step (one pack), then 16, under the plan ---- */
+/* 16 elements (lanes in mask) of a qnn.requantize input from element i: 8-bit or int32. */
+REFCG_INLINE __m512i refcg_rq_load_avx512(const uint8_t* in, int64_t i, int32_t dtype, __mmask16 mask) {
+  if (dtype == REFCG_S32) return _mm512_maskz_loadu_epi32(mask, (const int32_t*)in + i);
+  return refcg_bin_load_avx512(in + i, 1, dtype, mask);
+}
+
 REFCG_INLINE void refcg_rq_run_avx512(const refcg_rqv_avx512* r, __m512i count, const uint8_t* in, int32_t dtype,
                                       uint8_t* out, int64_t n, int is_unsigned, const int plan, const int pre) {
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
     __m512i v[4];
     for (int q = 0; q < 4; ++q) {
-      __m512i x = refcg_bin_load_avx512(in + i + 16 * q, 1, dtype, 0xFFFF);
+      __m512i x = refcg_rq_load_avx512(in, i + 16 * q, dtype, 0xFFFF);
       if (pre) x = _mm512_sllv_epi32(x, count);
       v[q] = refcg_rq_planned_avx512(r, x, plan);
     }
@@ -2181,7 +2185,7 @@ REFCG_INLINE void refcg_rq_run_avx512(const refcg_rqv_avx512* r, __m512i count, 
   }
   for (; i < n; i += 16) {
     const __mmask16 mask = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-    __m512i x = refcg_bin_load_avx512(in + i, 1, dtype, mask);
+    __m512i x = refcg_rq_load_avx512(in, i, dtype, mask);
     if (pre) x = _mm512_sllv_epi32(x, count);
     refcg_store16_bytes_avx512(out + i, mask, _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(r, x, plan), r->hi), r->lo));
   }
@@ -2190,14 +2194,16 @@ REFCG_INLINE void refcg_rq_run_avx512(const refcg_rqv_avx512* r, __m512i count, 
 static void refcg_requantize_avx512(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_rq_job* j = (const refcg_rq_job*)ctx;
   const refcg_requantize_params* p = j->p;
-  refcg_rqv_avx512 r = refcg_rqv_load8_avx512(&p->rq, 0, 0, 0, 1);
+  const int narrow = p->in_dtype != REFCG_S32;
+  refcg_rqv_avx512 r = refcg_rqv_load8_avx512(&p->rq, 0, 0, 0, narrow);
   const int plan = refcg_rq_plan_avx512(&r);
-  const __m512i count = refcg_bin_preshift_avx512(&p->rq, &r); /* 8-bit input: as a binary operand */
+  /* 8-bit input: as a binary operand (int32: the right-shift plan without a shift first) */
+  const __m512i count = narrow ? refcg_bin_preshift_avx512(&p->rq, &r) : _mm512_setzero_si512();
   const int pre = plan != refcg_rq_plan_avx512(&r);
   for (int64_t t = t0; t < t1; ++t) {
     int64_t i0, i1;
     const int64_t row = refcg_rq_chunk(j, t, &i0, &i1);
-    const uint8_t* in = j->in + row * j->n + i0;
+    const uint8_t* in = j->in + (row * j->n + i0) * (narrow ? 1 : 4);
     uint8_t* out = j->out + row * p->out_outer_stride + p->out_offset + i0;
     const int u8 = p->out_dtype == REFCG_U8;
     if (pre) {

@@ -171,7 +171,8 @@ def requant_cases(rng, want, out_c):
 # channels, multiplier, hw, kernel, stride, pad (t, l, b, r), dilation: pixel tails of 16 and 8,
 # 5-wide rows (two tap groups), strides 1-4 with dilation (fewer taps per lane), stride 5 and a
 # 3000-pixel row (the NHWC path); 3x3 stride 2, 5x5 stride 1 and 2 (AVX-512's column-sharing NHWC
-# kernels, with pixel tails)
+# kernels, with pixel tails); rows of 7, 5 and 3 pixels (the column kernels' last 4 pixels overlapping
+# stored ones, or rows too narrow for them)
 DW_SHAPES = [
     (20, 1, (9, 37), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     (7, 2, (11, 21), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
@@ -183,6 +184,9 @@ DW_SHAPES = [
     (24, 1, (10, 29), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
     (33, 1, (9, 26), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
     (18, 1, (9, 31), (5, 5), (2, 2), (2, 2, 2, 2), (2, 1)),
+    (40, 1, (7, 7), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    (16, 1, (6, 5), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    (24, 1, (5, 3), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
 ]
 
 
@@ -302,16 +306,20 @@ REQUANTIZE_SHAPES = [((49, 24, 1), 40, 16), ((2, 3, 37), 5, 1), ((1, 2, 4500), 3
 @pytest.mark.parametrize("shape, out_channels, offset", REQUANTIZE_SHAPES, ids=lambda v: str(v))
 def test_requantize_variants_bit_exact(core, isa, shape, out_channels, offset):
     """qnn.requantize / a concatenation's part on full-range 8-bit data, every mode, scales shifting
-    right (0.3) and left first (0.7, 1.7, 2^20: refcg_bin_preshift), int8 and uint8 both sides, a clip:
+    right (0.3) and left first (0.7, 1.7, 2^20: refcg_bin_preshift), int8 and uint8 both sides, a clip;
+    int32 inputs (a mean's) on the full range with a third of small values, scales down to 0.003:
     every variant against the reference, the output outside the slab untouched."""
     rng = np.random.default_rng(zlib.crc32(repr(shape).encode()))
     checked = 0
     for (rounding, compute), scale, (in_dt, out_dt) in itertools.product(
-            MODES, (0.3, 0.7, 1.7, 2.0**20), (("int8", "uint8"), ("uint8", "int8"), ("uint8", "uint8"))):
+            MODES, (0.003, 0.3, 0.7, 1.7, 2.0**20),
+            (("int8", "uint8"), ("uint8", "int8"), ("uint8", "uint8"), ("int32", "int8"), ("int32", "uint8"))):
         x = full_range(rng, shape, in_dt)
+        if in_dt == "int32":
+            x.reshape(-1)[1::3] = rng.integers(-40000, 40000, x.reshape(-1)[1::3].size)
         clip = (-100.0, 90.0) if out_dt == "int8" else None
-        rq = make_requantize(np.float32(scale), np.float32(1.0), -3 if in_dt == "int8" else 131, 7, out_dt, rounding,
-                             compute, clip)
+        izp = {"int8": -3, "uint8": 131, "int32": -117}[in_dt]
+        rq = make_requantize(np.float32(scale), np.float32(1.0), izp, 7, out_dt, rounding, compute, clip)
         ref = run_requantize(core, x, out_dt, rq, out_channels, offset, reference=True)
         got = run_requantize(core, x, out_dt, rq, out_channels, offset, reference=False)
         assert np.array_equal(got, ref), f"{isa} mode {rq.mode} scale {scale} {in_dt}->{out_dt}"
