@@ -660,7 +660,7 @@ REFCG_API int refcg_quantize(const refcg_quantize_params* p, const float* input,
 
 
 static void refcg_reduce_chunks(const void* ctx, int64_t t0, int64_t t1) {
-  refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1); /* the baseline ISA's vectors */
+  refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1, NULL); /* the baseline ISA's vectors */
 }
 
 REFCG_API int refcg_reduce(const refcg_reduce_params* p, const void* input, void* output) {

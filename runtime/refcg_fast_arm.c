@@ -139,7 +139,7 @@ static void refcg_pool_neon(const void* ctx, int64_t q0, int64_t q1) {
 }
 
 static void refcg_reduce_neon(const void* ctx, int64_t t0, int64_t t1) {
-  refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1); /* GCC vectorizes it with NEON */
+  refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1, NULL); /* GCC vectorizes it with NEON */
 }
 
 #pragma GCC push_options

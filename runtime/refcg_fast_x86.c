@@ -929,8 +929,41 @@ static void refcg_pool_avx2(const void* ctx, int64_t q0, int64_t q1) {
   refcg_pool_run((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
 }
 
+/* refcg_reduce_rows8_fn: 32 lanes at a time in four registers of 8 int32 sums, then 8, then lane by lane. */
+#define REFCG_REDUCE_ROWS_AVX2(G, CVT)                                                            \
+  do {                                                                                            \
+    __m256i s_[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),      \
+                     _mm256_setzero_si256()};                                                     \
+    const uint8_t* p_ = x + i;                                                                    \
+    for (int64_t r = 0; r < rows; ++r, p_ += stride)                                              \
+      for (int g = 0; g < (G); ++g)                                                               \
+        s_[g] = _mm256_add_epi32(s_[g], CVT(_mm_loadl_epi64((const __m128i*)(p_ + 8 * g))));       \
+    for (int g = 0; g < (G); ++g)                                                                 \
+      _mm256_storeu_si256((__m256i*)(acc + i + 8 * g),                                            \
+                          _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(acc + i + 8 * g)), s_[g])); \
+  } while (0)
+
+static void refcg_reduce_rows8_avx2(const uint8_t* x, int64_t stride, int64_t rows, int is_signed, uint32_t* acc,
+                                    int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    if (is_signed)
+      REFCG_REDUCE_ROWS_AVX2(4, _mm256_cvtepi8_epi32);
+    else
+      REFCG_REDUCE_ROWS_AVX2(4, _mm256_cvtepu8_epi32);
+  }
+  for (; i + 8 <= n; i += 8) {
+    if (is_signed)
+      REFCG_REDUCE_ROWS_AVX2(1, _mm256_cvtepi8_epi32);
+    else
+      REFCG_REDUCE_ROWS_AVX2(1, _mm256_cvtepu8_epi32);
+  }
+  for (; i < n; ++i)
+    for (int64_t r = 0; r < rows; ++r) acc[i] += is_signed ? (uint32_t)(int32_t)(int8_t)x[r * stride + i] : x[r * stride + i];
+}
+
 static void refcg_reduce_avx2(const void* ctx, int64_t t0, int64_t t1) {
-  refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1); /* vectorized for this section's ISA */
+  refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1, refcg_reduce_rows8_avx2);
 }
 
 /* refcg_bin_preshift on r (see refcg_bin_preshift_avx512); the shift count in every lane. */
@@ -2062,8 +2095,33 @@ REFCG_INLINE void refcg_maxpool_nhwc_avx512(const refcg_pool_job* j, int64_t r0,
   }
 }
 
+/* refcg_reduce_rows8_fn: 64 lanes at a time in four registers of 16 int32 sums, the last block's
+ * loads masked (acc has REFCG_REDUCE_CHUNK lanes: a whole block's sums fit, the masked lanes add 0). */
+#define REFCG_REDUCE_ROWS_AVX512(CVT)                                                                   \
+  do {                                                                                                  \
+    __m512i s_[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),            \
+                     _mm512_setzero_si512()};                                                           \
+    const uint8_t* p_ = x + i;                                                                          \
+    for (int64_t r = 0; r < rows; ++r, p_ += stride)                                                    \
+      for (int g = 0; g < 4; ++g)                                                                       \
+        s_[g] = _mm512_add_epi32(s_[g], CVT(_mm_maskz_loadu_epi8((__mmask16)(mask >> (16 * g)), p_ + 16 * g))); \
+    for (int g = 0; g < 4; ++g)                                                                         \
+      _mm512_storeu_si512(acc + i + 16 * g, _mm512_add_epi32(_mm512_loadu_si512(acc + i + 16 * g), s_[g])); \
+  } while (0)
+
+static void refcg_reduce_rows8_avx512(const uint8_t* x, int64_t stride, int64_t rows, int is_signed, uint32_t* acc,
+                                      int64_t n) {
+  for (int64_t i = 0; i < n; i += 64) {
+    const __mmask64 mask = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
+    if (is_signed)
+      REFCG_REDUCE_ROWS_AVX512(_mm512_cvtepi8_epi32);
+    else
+      REFCG_REDUCE_ROWS_AVX512(_mm512_cvtepu8_epi32);
+  }
+}
+
 static void refcg_reduce_avx512(const void* ctx, int64_t t0, int64_t t1) {
-  refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1); /* vectorized for this section's ISA */
+  refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1, refcg_reduce_rows8_avx512);
 }
 
 static void refcg_pool_avx512(const void* ctx, int64_t q0, int64_t q1) {

@@ -454,11 +454,13 @@ def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype, layouts):
 
 # outer, reduce, inner, input dtype, output dtype, mean: a global average pool of NHWC and of NCHW
 # (a contiguous run), chunk tails (inner 600 = 2 x 256 + 88), int32 sums that wrap, narrowing casts;
-# short inner axes whose rows add as wide rows (24: 10 rows per wide row, 5 left over; 100 and 7)
+# short inner axes whose rows add as wide rows (24: 10 rows per wide row, 5 left over; 100 and 7);
+# 8-bit rows of 150 and 225 lanes (the variants' register blocks of 64 / 32 and 8 lanes, then the tails)
 REDUCE_CASES = [
     (1, 49, 1280, "int8", "int8", 1), (3, 49, 1, "uint8", "int32", 0), (2, 30, 600, "int16", "int16", 1),
     (2, 5, 300, "int32", "int8", 1), (4, 3, 1, "int32", "int32", 0), (5, 1, 17, "uint8", "uint8", 1),
     (2, 785, 24, "int8", "int8", 1), (1, 3000, 100, "int16", "int32", 0), (1, 999, 7, "int32", "int32", 0),
+    (2, 37, 150, "uint8", "int32", 1), (1, 64, 45, "int8", "int32", 0), (1, 3136, 144, "int8", "int32", 1),
 ]
 
 
