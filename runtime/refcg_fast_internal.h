@@ -677,7 +677,7 @@ REFCG_INLINE int64_t refcg_bin_chunks(const refcg_bin_job* j, int64_t rows) {
   return rows * ((j->shape[j->ndim - 1] + REFCG_BIN_CHUNK - 1) / REFCG_BIN_CHUNK);
 }
 
-/* ---- qnn.requantize of an 8-bit tensor per tensor (refcg_requantize_params): rows of channels *
+/* ---- qnn.requantize of an 8-bit or int32 tensor per tensor (refcg_requantize_params): rows of channels *
  * inner elements, contiguous in the input, at out_outer_stride in the output (the slab of a
  * concatenation), in chunks of REFCG_BIN_CHUNK elements (task t: row t / chunks) ---- */
 typedef struct {

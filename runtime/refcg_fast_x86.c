@@ -1087,7 +1087,7 @@ static void refcg_gather_avx512(const void* ctx, int64_t t0, int64_t t1) {
     for (int64_t i = 0; i < j->n; ++i) j->out[r * j->n + i] = j->in[at + take[i]];
 }
 
-/* ---- qnn.requantize of 8-bit rows (refcg_rq_job): 32 elements per step (one pack), then 8, under the plan ---- */
+/* ---- qnn.requantize of 8-bit or int32 rows (refcg_rq_job): 32 elements per step (one pack), then 8, under the plan ---- */
 /* Up to 8 elements of a qnn.requantize input from element i: 8-bit (as a binary operand) or int32. */
 REFCG_INLINE __m256i refcg_rq_load_avx2(const uint8_t* in, int64_t i, int32_t dtype, int64_t n) {
   if (dtype == REFCG_S32) return _mm256_maskload_epi32((const int*)in + i, refcg_lanes_avx2(n < 8 ? (int32_t)n : 8));
@@ -2222,7 +2222,7 @@ static void refcg_lut_avx512(const void* ctx, int64_t t0, int64_t t1) {
   refcg_lut_avx2(ctx, t0, t1);
 }
 
-/* ---- qnn.requantize of 8-bit rows (refcg_rq_job): 64 elements per step (one pack), then 16, under the plan ---- */
+/* ---- qnn.requantize of 8-bit or int32 rows (refcg_rq_job): 64 elements per step (one pack), then 16, under the plan ---- */
 /* 16 elements (lanes in mask) of a qnn.requantize input from element i: 8-bit or int32. */
 REFCG_INLINE __m512i refcg_rq_load_avx512(const uint8_t* in, int64_t i, int32_t dtype, __mmask16 mask) {
   if (dtype == REFCG_S32) return _mm512_maskz_loadu_epi32(mask, (const int32_t*)in + i);
