@@ -397,7 +397,8 @@ typedef struct {
  * pixels would be left (one more step ending at the row's end, over pixels already stored: the same
  * values stored again), instead of the per-pixel kernel: 3 of a 7-wide row's pixels, 2 of a 14-wide
  * one's. AVX-512 (MIN 1; its per-pixel kernel is the general one): 3x3 960@7 1.19x, 5x5 672@14 1.13x;
- * AVX2 (MIN 3; its 1-pixel column kernel is cheaper): 960@7 1.05x, but 2 pixels of a 14-wide row 0.95x. */
+ * AVX2 (MIN 3: 960@7 1.05x; a 4-pixel step for 2 pixels measured 0.95x, its 2-pixel column step
+ * takes them: 576@14 1.03x, 672@14 1.04x). */
 REFCG_INLINE int32_t refcg_dw_next(int32_t ow, int32_t w, int32_t px, int32_t min) {
   const int32_t left = w - ow - px;
   return left >= min && left < px ? w - px : ow + px;

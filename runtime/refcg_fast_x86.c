@@ -685,7 +685,12 @@ REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base,
   for (; ow + (PX) <= j->out_w; ow = refcg_dw_next(ow, j->out_w, PX, MIN))                               \
     refcg_dw_cols_avx2(j, row + ow * pstride, rowb, vw, c0, r, corr, oh * j->o_h + ow * j->o_w, nvalid, K, PX, S, plan)
 
-#define REFCG_DW_COLS_AVX2_ROW1(K, S) REFCG_DW_COLS_AVX2_ROW(K, 1, S, 1)
+/* the pixels a row's 4-pixel steps leave: 2, then 1 at a time */
+#define REFCG_DW_COLS_AVX2_LEFT(K, S) \
+  do {                                \
+    REFCG_DW_COLS_AVX2_ROW(K, 2, S, 2); \
+    REFCG_DW_COLS_AVX2_ROW(K, 1, S, 1); \
+  } while (0)
 
 /* Output rows [r0, r1) of channels [c0, c0 + nvalid) with refcg_dw_cols_avx2 under plan. */
 REFCG_INLINE void refcg_dw_cols_rows_avx2(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid,
@@ -694,7 +699,7 @@ REFCG_INLINE void refcg_dw_cols_rows_avx2(const refcg_dw_job* j, int64_t r0, int
   for (int64_t oh = r0; oh < r1; ++oh) {
     const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
     int32_t ow = 0;
-    REFCG_DW_COLS_SHAPES(REFCG_DW_COLS_AVX2_ROW, REFCG_DW_COLS_AVX2_ROW1, 3);
+    REFCG_DW_COLS_SHAPES(REFCG_DW_COLS_AVX2_ROW, REFCG_DW_COLS_AVX2_LEFT, 3);
   }
 }
 
