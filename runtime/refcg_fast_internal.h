@@ -728,11 +728,12 @@ REFCG_INLINE void refcg_reduce_store(const refcg_reduce_params* p, void* out, in
   refcg_store(out, i, p->out_dtype, v);
 }
 
-/* acc[0, n) += rows [0, rows) of n 8-bit lanes (int8 where is_signed, else uint8) stride bytes apart:
- * a variant's sums kept in registers while the rows stream by (the compiler's loop over acc[] loaded
- * and stored every sum once per row, ~4 bytes per cycle); n <= REFCG_REDUCE_CHUNK, acc that long. */
-typedef void (*refcg_reduce_rows8_fn)(const uint8_t* x, int64_t stride, int64_t rows, int is_signed, uint32_t* acc,
-                                      int64_t n);
+/* acc[0, d) += rows [0, rows) of the first d of n 8-bit lanes (int8 where is_signed, else uint8) stride
+ * bytes apart; returns d (the lanes its register blocks cover; refcg_reduce_add takes the rest): a
+ * variant's sums kept in registers while the rows stream by (the compiler's loop over acc[] loaded and
+ * stored every sum once per row, ~4 bytes per cycle); n <= REFCG_REDUCE_CHUNK, acc that long. */
+typedef int64_t (*refcg_reduce_rows8_fn)(const uint8_t* x, int64_t stride, int64_t rows, int is_signed, uint32_t* acc,
+                                         int64_t n);
 
 REFCG_INLINE void refcg_reduce_run_chunks(const refcg_reduce_job* j, int64_t t0, int64_t t1, refcg_reduce_rows8_fn rows8) {
   const refcg_reduce_params* p = j->p;
@@ -749,10 +750,11 @@ REFCG_INLINE void refcg_reduce_run_chunks(const refcg_reduce_job* j, int64_t t0,
     const int64_t m = p->inner == n ? REFCG_REDUCE_CHUNK / n : 1, wide = m * n, rows = p->reduce / m;
     uint32_t acc[REFCG_REDUCE_CHUNK] = {0};
     const int64_t at = o * p->reduce * p->inner + i0;
-    if (rows8 && refcg_is_8bit(p->in_dtype))
-      rows8((const uint8_t*)j->in + at, m * p->inner, rows, p->in_dtype == REFCG_S8, acc, wide);
-    else
-      for (int64_t r = 0; r < rows; ++r) refcg_reduce_add(p, j->in, at + r * m * p->inner, acc, wide);
+    const int64_t done = rows8 && refcg_is_8bit(p->in_dtype)
+                             ? rows8((const uint8_t*)j->in + at, m * p->inner, rows, p->in_dtype == REFCG_S8, acc, wide)
+                             : 0;
+    for (int64_t r = 0; r < rows && done < wide; ++r)
+      refcg_reduce_add(p, j->in, at + r * m * p->inner + done, acc + done, wide - done);
     for (int64_t r = rows * m; r < p->reduce; ++r) refcg_reduce_add(p, j->in, at + r * p->inner, acc, n);
     for (int64_t k = 1; k < m; ++k)
       for (int64_t i = 0; i < n; ++i) acc[i] += acc[k * n + i];

@@ -934,7 +934,7 @@ static void refcg_pool_avx2(const void* ctx, int64_t q0, int64_t q1) {
   refcg_pool_run((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
 }
 
-/* refcg_reduce_rows8_fn: 32 lanes at a time in four registers of 8 int32 sums, then 8, then lane by lane. */
+/* refcg_reduce_rows8_fn: 32 lanes at a time in four registers of 8 int32 sums, then 8. */
 #define REFCG_REDUCE_ROWS_AVX2(G, CVT)                                                            \
   do {                                                                                            \
     __m256i s_[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),      \
@@ -948,8 +948,8 @@ static void refcg_pool_avx2(const void* ctx, int64_t q0, int64_t q1) {
                           _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(acc + i + 8 * g)), s_[g])); \
   } while (0)
 
-static void refcg_reduce_rows8_avx2(const uint8_t* x, int64_t stride, int64_t rows, int is_signed, uint32_t* acc,
-                                    int64_t n) {
+static int64_t refcg_reduce_rows8_avx2(const uint8_t* x, int64_t stride, int64_t rows, int is_signed, uint32_t* acc,
+                                       int64_t n) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     if (is_signed)
@@ -963,8 +963,7 @@ static void refcg_reduce_rows8_avx2(const uint8_t* x, int64_t stride, int64_t ro
     else
       REFCG_REDUCE_ROWS_AVX2(1, _mm256_cvtepu8_epi32);
   }
-  for (; i < n; ++i)
-    for (int64_t r = 0; r < rows; ++r) acc[i] += is_signed ? (uint32_t)(int32_t)(int8_t)x[r * stride + i] : x[r * stride + i];
+  return i;
 }
 
 static void refcg_reduce_avx2(const void* ctx, int64_t t0, int64_t t1) {
@@ -2114,8 +2113,8 @@ REFCG_INLINE void refcg_maxpool_nhwc_avx512(const refcg_pool_job* j, int64_t r0,
       _mm512_storeu_si512(acc + i + 16 * g, _mm512_add_epi32(_mm512_loadu_si512(acc + i + 16 * g), s_[g])); \
   } while (0)
 
-static void refcg_reduce_rows8_avx512(const uint8_t* x, int64_t stride, int64_t rows, int is_signed, uint32_t* acc,
-                                      int64_t n) {
+static int64_t refcg_reduce_rows8_avx512(const uint8_t* x, int64_t stride, int64_t rows, int is_signed, uint32_t* acc,
+                                         int64_t n) {
   for (int64_t i = 0; i < n; i += 64) {
     const __mmask64 mask = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
     if (is_signed)
@@ -2123,6 +2122,7 @@ static void refcg_reduce_rows8_avx512(const uint8_t* x, int64_t stride, int64_t 
     else
       REFCG_REDUCE_ROWS_AVX512(_mm512_cvtepu8_epi32);
   }
+  return n;
 }
 
 static void refcg_reduce_avx512(const void* ctx, int64_t t0, int64_t t1) {
