@@ -1216,6 +1216,7 @@ static void refcg_dwp_avxvnni(const void* ctx, int64_t c0, int64_t c1) {
 #define REFCG_X512_MR 6 /* MR * NV accumulators + NV weights + 1 broadcast <= 32 zmm */
 #define REFCG_X512_NV 4
 #endif
+#define REFCG_X512_SMALLK_MAX 12 /* k-steps of the row kernels for few k-steps (refcg_rows_smallk_avx512) */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))), \
                              apply_to = function)
@@ -1628,6 +1629,102 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx
       refcg_epi_vec_avx512(&j->epi, &blk[v].r, acc[r][v], blk[v].c0, blk[v].nvalid, out_off[r]);
 }
 
+/* Jobs of few k-steps (KS of 4 bytes: 1x1 expands over 16-48 channels, a 3x3 stem over 4 padded
+ * channels): a 6-row tile's K loop is then 4-12 vpdpbusd per accumulator and its epilogue half the
+ * tile, with 24 accumulators spilled around it. Here one row at a time: its NV accumulators, the
+ * group's KS x NV weight vectors loaded once, then its epilogue (int64 UPWARD plan), which the
+ * out-of-order core overlaps with the next rows' k-steps (int8 input: 1x1 16->96@112 1.30x, 24->144@56
+ * 1.24x, 40->240@28 1.11x, the 3x3 stem 1.18x; 16 steps ran 0.87x). CONTIG: one segment; else KS
+ * steps over the job's segments. */
+REFCG_INLINE void refcg_rows_smallk_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk, int32_t i0,
+                                           int32_t i1, int32_t q, int32_t c, int32_t nb, const int NV,
+                                           const int KS, const int CONTIG, const int FLIP) {
+  const int64_t bstride = (int64_t)j->kp * 16;
+  const int8_t* wp = j->w + nb * bstride;
+  __m512i w[REFCG_X512_SMALLK_MAX][REFCG_X512_NV];
+  int64_t koff[REFCG_X512_SMALLK_MAX];
+  for (int k = 0; k < KS; ++k) {
+    for (int v = 0; v < NV; ++v) w[k][v] = _mm512_loadu_si512(wp + v * bstride + 64 * k);
+    const int32_t steps = j->seg_len / 4; /* a segment's k-steps */
+    koff[k] = CONTIG ? 4 * k : j->seg_off[k / steps] - j->seg_off[0] + 4 * (k % steps);
+  }
+  const __m512i flip = _mm512_set1_epi32((int32_t)j->flip4);
+  const int64_t n = j->n - blk[0].c0;
+  const int is_unsigned = j->epi.out_dtype == REFCG_U8;
+  const uint8_t* a = j->a + (int64_t)q * j->a_row_h + (int64_t)c * j->a_row_w + j->seg_off[0];
+  uint8_t* o = (uint8_t*)j->epi.out + (int64_t)q * j->o_row_h + (int64_t)c * j->o_row_w + blk[0].c0;
+  for (int32_t i = i0; i < i1; ++i) {
+    __m512i acc[REFCG_X512_NV];
+    for (int v = 0; v < NV; ++v) acc[v] = blk[v].corr;
+    for (int k = 0; k < KS; ++k) {
+      __m512i x = _mm512_set1_epi32(refcg_load_i32(a + koff[k]));
+      if (FLIP) x = _mm512_xor_si512(x, flip);
+      for (int v = 0; v < NV; ++v) acc[v] = _mm512_dpbusd_epi32(acc[v], x, w[k][v]);
+    }
+    for (int v = 0; v < NV; ++v) acc[v] = refcg_rq_up_avx512(&blk[v].r, acc[v]);
+    if (is_unsigned) /* constants: no dtype branch in the pack */
+      refcg_store_bytes_avx512(o, acc, NV, &blk[0].r, 1, n);
+    else
+      refcg_store_bytes_avx512(o, acc, NV, &blk[0].r, 0, n);
+    if (++c == j->cols) {
+      c = 0;
+      ++q;
+      a = j->a + (int64_t)q * j->a_row_h + j->seg_off[0];
+      o = (uint8_t*)j->epi.out + (int64_t)q * j->o_row_h + blk[0].c0;
+    } else {
+      a += j->a_row_w;
+      o += j->o_row_w;
+    }
+  }
+}
+
+/* Rows [i0, i1) x blocks [nb, nb + nv) through refcg_rows_smallk_avx512 with KS (and CONTIG) fixed,
+ * nv and the flip as constants; 0 (nothing done) where a block's requantize is not the int64 UPWARD
+ * plan. Its own block constants: the tiles' stay unaliased (passed here, the tiles ran 4% slower). */
+#define REFCG_DEFINE_SMALLK(KS, CONTIG)                                                                          \
+  static int refcg_smallk##KS##_avx512(const refcg_gemm_job* j, int32_t nb, int32_t nv, int32_t i0, int32_t i1,  \
+                                       int32_t q, int32_t c) {                                                   \
+    refcg_blk_avx512 blk[REFCG_X512_NV];                                                                         \
+    for (int32_t v = 0; v < nv; ++v) {                                                                           \
+      blk[v] = refcg_blk_load_avx512(j, nb + v);                                                                 \
+      if (!refcg_rq_is_up_avx512(&blk[v].r)) return 0;                                                           \
+    }                                                                                                            \
+    const int flip = j->flip4 != 0;                                                                              \
+    for (int f = 0; f < 2; ++f) { /* f: the flip, as a constant */                                              \
+      if (f != flip) continue;                                                                                   \
+      if (nv == 4) refcg_rows_smallk_avx512(j, blk, i0, i1, q, c, nb, 4, KS, CONTIG, f);                         \
+      else if (nv == 3) refcg_rows_smallk_avx512(j, blk, i0, i1, q, c, nb, 3, KS, CONTIG, f);                    \
+      else if (nv == 2) refcg_rows_smallk_avx512(j, blk, i0, i1, q, c, nb, 2, KS, CONTIG, f);                    \
+      else refcg_rows_smallk_avx512(j, blk, i0, i1, q, c, nb, 1, KS, CONTIG, f);                                 \
+    }                                                                                                            \
+    return 1;                                                                                                    \
+  }
+REFCG_DEFINE_SMALLK(4, 1)
+REFCG_DEFINE_SMALLK(6, 1)
+REFCG_DEFINE_SMALLK(8, 1)
+REFCG_DEFINE_SMALLK(10, 1)
+REFCG_DEFINE_SMALLK(12, 1)
+REFCG_DEFINE_SMALLK(9, 0) /* a 3x3 over 4 padded channels: three segments */
+#undef REFCG_DEFINE_SMALLK
+
+typedef int (*refcg_smallk_fn)(const refcg_gemm_job*, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t);
+
+/* The row kernel for j's k-steps, or NULL: tiles (more steps, other step counts, outputs the
+ * byte epilogue does not store). */
+static refcg_smallk_fn refcg_smallk_of_avx512(const refcg_gemm_job* j) {
+  if (!refcg_epi_vector_bytes(&j->epi) || j->seg_len % 4) return NULL;
+  const int32_t steps = j->nseg * j->seg_len / 4;
+  if (j->nseg > 1) return steps == 9 ? refcg_smallk9_avx512 : NULL;
+  switch (steps) {
+    case 4: return refcg_smallk4_avx512;
+    case 6: return refcg_smallk6_avx512;
+    case 8: return refcg_smallk8_avx512;
+    case 10: return refcg_smallk10_avx512;
+    case 12: return refcg_smallk12_avx512;
+    default: return NULL;
+  }
+}
+
 /* Tiles: (row block of 6) x (group of up to 4 channel blocks), row blocks fastest within a
  * thread's rows: a group's weights (K x 64 bytes) stay in L1/L2 while the rows stream by (dense
  * 64x512x512: 1.2x faster than channel groups fastest, which re-read all weights from L2 for
@@ -1636,6 +1733,7 @@ static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
   const int32_t nblocks = (j->n + 15) / 16;
   const int64_t ng = (nblocks + REFCG_X512_NV - 1) / REFCG_X512_NV;
+  const refcg_smallk_fn smallk = refcg_smallk_of_avx512(j);
   /* tile t = rb * ng + g (refcg_rows_of_col): channel groups outermost in a thread's rows, row
    * blocks fastest, so a group's weights stay in L1/L2 while the rows stream by */
   for (int64_t g = 0; g < ng; ++g) {
@@ -1644,12 +1742,14 @@ static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
     if (rb0 >= rb1) continue;
     const int32_t nb = (int32_t)g * REFCG_X512_NV;
     const int32_t nv = nblocks - nb < REFCG_X512_NV ? nblocks - nb : REFCG_X512_NV;
+    /* output row q and column c of the tile's first row, stepped instead of divided per tile */
+    int32_t q = (int32_t)(rb0 * REFCG_X512_MR / j->cols), c = (int32_t)(rb0 * REFCG_X512_MR - (int64_t)q * j->cols);
+    const int64_t i1 = rb1 * REFCG_X512_MR < j->m ? rb1 * REFCG_X512_MR : j->m;
+    if (smallk && smallk(j, nb, nv, (int32_t)rb0 * REFCG_X512_MR, (int32_t)i1, q, c)) continue;
     /* the group's requantize constants once per group and thread, not per tile (a 6-row tile of
      * a K = 16 conv spent a fifth of its time on them) */
     refcg_blk_avx512 blk[REFCG_X512_NV];
     for (int32_t v = 0; v < nv; ++v) blk[v] = refcg_blk_load_avx512(j, nb + v);
-    /* output row q and column c of the tile's first row, stepped instead of divided per tile */
-    int32_t q = (int32_t)(rb0 * REFCG_X512_MR / j->cols), c = (int32_t)(rb0 * REFCG_X512_MR - (int64_t)q * j->cols);
     for (int64_t rb = rb0; rb < rb1; ++rb) {
       const int32_t i0 = (int32_t)rb * REFCG_X512_MR;
       /* a tail group of 2-3 channel blocks in one tile: 12-18 independent accumulators instead of
