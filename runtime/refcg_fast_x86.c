@@ -1855,26 +1855,32 @@ REFCG_INLINE __m512i refcg_dw_quad_col_avx512(const uint8_t* x, int64_t rowb, co
 /* refcg_dw_cols_avx512 for a K x K kernel on row quads: each padded column of the PX pixels is
  * built once per group of 4 kernel rows and feeds every tap that reads it (pixel q's column kw is
  * q * S + kw), one vpdpbusd for 4 taps where vpdpwssd did one. wq: the block's quad weights,
- * [group][kw]. */
+ * [group][kw]. R2 (3x3, stride and dilation 1 along H): output rows oh and oh + 1 at once, from
+ * columns of their 4 input rows (row oh's weights in bytes 0-2 of a quad, row oh + 1's in bytes
+ * 1-3), half the column builds per output. */
 REFCG_INLINE void refcg_dwq_cols_avx512(const refcg_dw_job* j, const uint8_t* base, int64_t rowb, const __m512i* wq,
                                         int32_t c0, const refcg_rqv_avx512* r, __m512i corr, int64_t out_off,
-                                        const int K, const int PX, const int S, const int plan) {
-  __m512i acc[8];
-  for (int q = 0; q < PX; ++q) acc[q] = corr;
+                                        const int K, const int PX, const int S, const int plan, const int R2) {
+  __m512i acc[8], acc2[8], wq2[5];
+  for (int q = 0; q < PX; ++q) acc[q] = acc2[q] = corr;
+  for (int kw = 0; R2 && kw < K; ++kw) wq2[kw] = _mm512_slli_epi32(wq[kw], 8);
   /* unrolled completely (acc in registers): up to 19 columns x 5 taps, past GCC's default peeling */
   REFCG_UNROLL
   for (int g = 0; g < (K + 3) / 4; ++g) {
-    const int n = K - 4 * g < 4 ? K - 4 * g : 4;
+    const int n = R2 ? 4 : K - 4 * g < 4 ? K - 4 * g : 4;
     REFCG_UNROLL
     for (int i = 0; i < (PX - 1) * S + K; ++i) {
       const __m512i col = refcg_dw_quad_col_avx512(base + 4 * g * rowb + (int64_t)i * j->cp, rowb, n);
       REFCG_UNROLL
       for (int kw = 0; kw < K; ++kw)
-        if (i >= kw && (i - kw) % S == 0 && (i - kw) / S < PX)
+        if (i >= kw && (i - kw) % S == 0 && (i - kw) / S < PX) {
           acc[(i - kw) / S] = _mm512_dpbusd_epi32(acc[(i - kw) / S], col, wq[g * K + kw]);
+          if (R2) acc2[(i - kw) / S] = _mm512_dpbusd_epi32(acc2[(i - kw) / S], col, wq2[kw]);
+        }
     }
   }
   refcg_dw_cols_store_avx512(j, r, acc, c0, out_off, PX, plan);
+  if (R2) refcg_dw_cols_store_avx512(j, r, acc2, c0, out_off + j->o_h, PX, plan);
 }
 
 /* The plan of the column kernels' epilogue: REFCG_PLAN_ANY unless the output is 8-bit channels-last. */
@@ -1889,7 +1895,10 @@ REFCG_INLINE int refcg_dw_plan_avx512(const refcg_dw_job* j, const refcg_rqv_avx
     refcg_dw_cols_avx512(j, row + ow * pstride, rowb, wide, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan)
 #define REFCG_DWQ_COLS_ROW(K, PX, S, MIN)                                                                    \
   for (; ow + (PX) <= j->out_w; ow = refcg_dw_next(ow, j->out_w, PX, MIN))                                   \
-    refcg_dwq_cols_avx512(j, row + ow * pstride, rowb, wq, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan)
+    refcg_dwq_cols_avx512(j, row + ow * pstride, rowb, wq, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan, 0)
+#define REFCG_DWQ2_COLS_ROW(K, PX, S, MIN)                                                                   \
+  for (; ow + (PX) <= j->out_w; ow = refcg_dw_next(ow, j->out_w, PX, MIN))                                   \
+    refcg_dwq_cols_avx512(j, row + ow * pstride, rowb, wq, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan, 1)
 
 /* Output rows [r0, r1) of channels [c0, c0 + 16): the column kernels (cols), epilogue under plan,
  * then 4 and 1 pixels at a time with refcg_dw_px_avx512. */
@@ -1898,18 +1907,27 @@ REFCG_INLINE void refcg_dw_rows_avx512(const refcg_dw_job* j, int64_t r0, int64_
                                        const refcg_rqv_avx512* r, __m512i corr, const int plan) {
   const int64_t rowb = (int64_t)j->dh * j->wp * j->cp, pstride = (int64_t)j->sw * j->cp;
   const int32_t taps = j->kh * j->kw;
+  const int pairs = wq && j->kh == 3 && j->kw == 3 && j->sh == 1 && j->sw == 1 && j->dh == 1;
   for (int64_t oh = r0; oh < r1; ++oh) {
     const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
     int32_t ow = 0;
-    if (wq) { /* row quads: 3x3 and 5x5 (refcg_dw_quad_weights) */
+    const int two = pairs && oh + 1 < r1; /* rows oh and oh + 1 (refcg_dwq_cols_avx512's R2) */
+    if (two) {
+      REFCG_DW_COLS_SHAPE(REFCG_DWQ2_COLS_ROW, REFCG_DW_NO_NARROW, 1, 3, 1);
+    } else if (wq) { /* row quads: 3x3 and 5x5 (refcg_dw_quad_weights) */
       REFCG_DW_COLS_SHAPES(REFCG_DWQ_COLS_ROW, REFCG_DW_NO_NARROW, 1);
     } else if (cols) {
       REFCG_DW_COLS_SHAPES(REFCG_DW_COLS_ROW, REFCG_DW_NO_NARROW, 1);
     }
-    for (; ow + 4 <= j->out_w; ow += 4)
-      refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, r, corr, oh * j->o_h + ow * j->o_w, 4);
-    for (; ow < j->out_w; ++ow)
-      refcg_dw_px_avx512(j, row + ow * pstride, pstride, wide, toff, taps, c0, r, corr, oh * j->o_h + ow * j->o_w, 1);
+    for (int32_t h = 0; h <= two; ++h, row += j->wp * j->cp) { /* rows narrower than the column kernels */
+      const int64_t out_off = (oh + h) * j->o_h;
+      int32_t x = ow;
+      for (; x + 4 <= j->out_w; x += 4)
+        refcg_dw_px_avx512(j, row + x * pstride, pstride, wide, toff, taps, c0, r, corr, out_off + x * j->o_w, 4);
+      for (; x < j->out_w; ++x)
+        refcg_dw_px_avx512(j, row + x * pstride, pstride, wide, toff, taps, c0, r, corr, out_off + x * j->o_w, 1);
+    }
+    oh += two;
   }
 }
 

@@ -180,7 +180,8 @@ def requant_cases(rng, want, out_c):
 # 5-wide rows (two tap groups), strides 1-4 with dilation (fewer taps per lane), stride 5 and a
 # 3000-pixel row (the NHWC path); 3x3 stride 2, 5x5 stride 1 and 2 (AVX-512's column-sharing NHWC
 # kernels, with pixel tails); rows of 7, 5 and 3 pixels (the column kernels' last 4 pixels overlapping
-# stored ones, or rows too narrow for them)
+# stored ones, or rows too narrow for them); a 3x3 dilated along H only (AVX-512 pairs output rows of
+# undilated stride-1 3x3 kernels: this one must not)
 DW_SHAPES = [
     (20, 1, (9, 37), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     (7, 2, (11, 21), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
@@ -195,6 +196,7 @@ DW_SHAPES = [
     (40, 1, (7, 7), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
     (16, 1, (6, 5), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     (24, 1, (5, 3), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    (16, 1, (9, 12), (3, 3), (1, 1), (2, 1, 2, 1), (2, 1)),
 ]
 
 
