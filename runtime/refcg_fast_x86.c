@@ -1919,7 +1919,7 @@ REFCG_INLINE void refcg_dw_rows_avx512(const refcg_dw_job* j, int64_t r0, int64_
     } else if (cols) {
       REFCG_DW_COLS_SHAPES(REFCG_DW_COLS_ROW, REFCG_DW_NO_NARROW, 1);
     }
-    for (int32_t h = 0; h <= two; ++h, row += j->wp * j->cp) { /* rows narrower than the column kernels */
+    for (int32_t h = 0; h <= two; ++h, row += j->wp * j->cp) { /* pixels the column kernels left (or all) */
       const int64_t out_off = (oh + h) * j->o_h;
       int32_t x = ow;
       for (; x + 4 <= j->out_w; x += 4)
