@@ -1754,8 +1754,15 @@ static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
       const int32_t i0 = (int32_t)rb * REFCG_X512_MR;
       /* a tail group of 2-3 channel blocks in one tile: 12-18 independent accumulators instead of
        * 6 per block, which vpdpbusd's latency would leave half idle (MobileNet's 24/96/160 channels) */
-      if (j->m - i0 == 1) {
-        for (int32_t v = 0; v < nv; ++v) refcg_tile_avx512(j, blk + v, i0, q, c, nb + v, 1, 1);
+      if (j->m - i0 == 1) { /* a last row (49 = 8 x 6 + 1: 7x7 maps): its nv blocks' chains in one tile */
+        if (nv == 4)
+          refcg_tile_avx512(j, blk, i0, q, c, nb, 1, 4);
+        else if (nv == 3)
+          refcg_tile_avx512(j, blk, i0, q, c, nb, 1, 3);
+        else if (nv == 2)
+          refcg_tile_avx512(j, blk, i0, q, c, nb, 1, 2);
+        else
+          refcg_tile_avx512(j, blk, i0, q, c, nb, 1, 1);
       } else if (nv == REFCG_X512_NV) {
         refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, REFCG_X512_NV);
       } else if (nv == 3) {
