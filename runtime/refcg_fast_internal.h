@@ -369,11 +369,23 @@ REFCG_INLINE void refcg_parallel_phases(const refcg_par_task* phase, int count) 
 REFCG_INLINE void* refcg_ws_alloc(size_t n) { return TVMBackendAllocWorkspace(1 /* kDLCPU */, 0, n, 0, 8); }
 REFCG_INLINE void refcg_ws_free(void* p) { TVMBackendFreeWorkspace(1 /* kDLCPU */, 0, p); }
 #else
+/* Without TVM's runtime (the cffi test core, the runtime's own build) the tasks run one after
+ * another, split into *refcg_serial_tasks() ranges as a pool of that many threads would split them
+ * (tests/epilogue_harness.c sets it: the kernels' partial ranges tested without threads). */
+REFCG_INLINE int* refcg_serial_tasks(void) {
+  static int tasks = 1;
+  return &tasks;
+}
 REFCG_INLINE void refcg_parallel(refcg_range_fn fn, const void* ctx, int64_t total) {
   refcg_par_task t = {fn, ctx, total};
-  refcg_par_run(&t, 0, 1);
+  const int n = *refcg_serial_tasks();
+  for (int i = 0; i < n; ++i) refcg_par_run(&t, i, n);
 }
-REFCG_INLINE void refcg_parallel_phases(const refcg_par_task* phase, int count) { refcg_phases_serial(phase, count); }
+REFCG_INLINE void refcg_parallel_phases(const refcg_par_task* phase, int count) {
+  const int n = *refcg_serial_tasks();
+  for (int p = 0; p < count; ++p)
+    for (int i = 0; i < n; ++i) refcg_par_run(&phase[p], i, n);
+}
 REFCG_INLINE void* refcg_ws_alloc(size_t n) { return malloc(n); }
 REFCG_INLINE void refcg_ws_free(void* p) { free(p); }
 #endif

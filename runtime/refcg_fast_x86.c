@@ -494,6 +494,202 @@ REFCG_INLINE void refcg_rows_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2
   }
 }
 
+/* Jobs of few k-steps (KS of 4 bytes: 1x1 expands over 16-48 channels, a 3x3 stem over 4 padded
+ * channels) on AVX2: the tiles' K loop is then 4-12 vpmaddwd per accumulator and their epilogue
+ * (pair sums added across, spills around it) most of the time, and a pass of the tiles over one
+ * 16-channel block writes 16 bytes of every output row (96 channels at 112x112: the 1.2 MB output
+ * read for ownership six times). Here one row at a time through all of a group's blocks: the
+ * weights as k-pairs (refcg_pairs_w_avx2), so that a vpmaddwd of a broadcast input pair gives 8
+ * channels' sums directly (two accumulators per block, no horizontal adds), then two blocks' epilogue
+ * and one 32-byte store. */
+#define REFCG_AVX2_SMALLK_MAX 12 /* k-steps */
+#define REFCG_AVX2_SMALLK_NB 16  /* blocks of a group (256 channels: whole output lines per row) */
+
+/* KS k-steps of block w (packed: per k-step 16 channels x 4 bytes) as int16 k-pairs:
+ * wp[(2 s + p) * 2 + h] holds channels 8 h .. 8 h + 7, each (w[4 s + 2 p], w[4 s + 2 p + 1]). */
+REFCG_INLINE void refcg_pairs_w_avx2(const int8_t* w, int32_t ks, __m256i* wp) {
+  const __m256i pick = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  for (int32_t s = 0; s < ks; ++s)
+    for (int h = 0; h < 2; ++h) {
+      /* lane l: channels 8 h + 4 l .. + 3; per lane pair 0 in the low 8 bytes, pair 1 in the high */
+      const __m256i v = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(w + 64 * s + 32 * h)), pick);
+      const __m256i q = _mm256_permute4x64_epi64(v, 0xD8); /* pair 0 of both lanes, then pair 1 */
+      wp[(2 * s) * 2 + h] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
+      wp[(2 * s + 1) * 2 + h] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));
+    }
+}
+
+/* n bytes of x (the low 16) at out: a row of a block of n channels */
+REFCG_INLINE void refcg_store16_avx2(uint8_t* out, __m128i x, int32_t n) {
+  if (n == 16)
+    _mm_storeu_si128((__m128i*)out, x);
+  else if (n == 8)
+    _mm_storel_epi64((__m128i*)out, x);
+  else {
+    uint8_t t[16];
+    _mm_storeu_si128((__m128i*)t, x);
+    memcpy(out, t, (size_t)n);
+  }
+}
+
+/* The two accumulators (channels 0-7, 8-15) of one block of one row: KS k-steps at a + koff[k]. */
+REFCG_INLINE void refcg_smallk_block_avx2(const uint8_t* a, const int64_t* koff, const __m256i* wp, __m256i* acc,
+                                          const int KS) {
+  /* the 4 input bytes broadcast: pair 0 / pair 1 zero-extended into every dword */
+  const __m256i lo = _mm256_setr_epi8(0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1,
+                                      0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1);
+  const __m256i hi = _mm256_setr_epi8(2, -1, 3, -1, 2, -1, 3, -1, 2, -1, 3, -1, 2, -1, 3, -1,
+                                      2, -1, 3, -1, 2, -1, 3, -1, 2, -1, 3, -1, 2, -1, 3, -1);
+  for (int k = 0; k < KS; ++k) {
+    const __m256i x = _mm256_set1_epi32(refcg_load_i32(a + koff[k]));
+    const __m256i x0 = _mm256_shuffle_epi8(x, lo), x1 = _mm256_shuffle_epi8(x, hi);
+    acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(x0, wp[4 * k]));
+    acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(x0, wp[4 * k + 1]));
+    acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(x1, wp[4 * k + 2]));
+    acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(x1, wp[4 * k + 3]));
+    /* the sums in order: GCC re-associates them into a tree of all 4 KS products, spilled */
+    __asm__("" : "+x"(acc[0]), "+x"(acc[1]));
+  }
+}
+
+/* Rows [i0, i1) x blocks [0, nbk) of a group (constants b, weights wp: 4 KS vectors per block),
+ * under plan; blocks two at a time, so that one pack stores both. CONTIG: one segment; else KS
+ * steps over the job's segments. */
+REFCG_INLINE void refcg_rows_smallk_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, const __m256i* wp,
+                                         int32_t nbk, int32_t i0, int32_t i1, const int KS, const int CONTIG,
+                                         const int plan) {
+  int64_t koff[REFCG_AVX2_SMALLK_MAX];
+  for (int k = 0; k < KS; ++k) {
+    const int32_t steps = j->seg_len / 4; /* a segment's k-steps */
+    koff[k] = CONTIG ? 4 * k : j->seg_off[k / steps] - j->seg_off[0] + 4 * (k % steps);
+  }
+  const int is_unsigned = j->epi.out_dtype == REFCG_U8;
+  int32_t q = i0 / j->cols, c = i0 - q * j->cols;
+  if (nbk == 1) { /* 16 channels or fewer: rows two at a time, so that one pack stores both */
+    for (int32_t i = i0; i < i1; i += 2) {
+      const int two = i + 1 < i1;
+      __m256i acc[4] = {b->corr[0], b->corr[1], b->corr[0], b->corr[1]};
+      uint8_t* o[2];
+      for (int r = 0; r <= two; ++r) {
+        refcg_smallk_block_avx2(j->a + (int64_t)q * j->a_row_h + (int64_t)c * j->a_row_w + j->seg_off[0], koff, wp,
+                                acc + 2 * r, KS);
+        o[r] = (uint8_t*)j->epi.out + (int64_t)q * j->o_row_h + (int64_t)c * j->o_row_w + b->c0;
+        if (++c == j->cols) {
+          c = 0;
+          ++q;
+        }
+      }
+      for (int h = 0; h < 4; ++h) acc[h] = refcg_rq_planned_unclamped_avx2(&b->rq, acc[h], &b->rv[h & 1], plan);
+      const __m256i bytes = refcg_pack4_avx2(acc, b->lo8, b->hi8, is_unsigned); /* a row per half */
+      refcg_store16_avx2(o[0], _mm256_castsi256_si128(bytes), b->nvalid);
+      if (two) refcg_store16_avx2(o[1], _mm256_extracti128_si256(bytes, 1), b->nvalid);
+    }
+    return;
+  }
+  for (int32_t i = i0; i < i1; ++i) {
+    const uint8_t* a = j->a + (int64_t)q * j->a_row_h + (int64_t)c * j->a_row_w + j->seg_off[0];
+    uint8_t* o = (uint8_t*)j->epi.out + (int64_t)q * j->o_row_h + (int64_t)c * j->o_row_w + b[0].c0;
+    for (int32_t v = 0; v < nbk; v += 2, o += 32) {
+      const int two = v + 1 < nbk;
+      __m256i acc[4] = {b[v].corr[0], b[v].corr[1], b[v + two].corr[0], b[v + two].corr[1]};
+      refcg_smallk_block_avx2(a, koff, wp + 4 * KS * v, acc, KS);
+      if (two) refcg_smallk_block_avx2(a, koff, wp + 4 * KS * (v + 1), acc + 2, KS);
+      for (int h = 0; h < 4; ++h) acc[h] = refcg_rq_planned_unclamped_avx2(&b[v].rq, acc[h], &b[v + (h >> 1) * two].rv[h & 1], plan);
+      const __m256i bytes = refcg_pack4_avx2(acc, b[v].lo8, b[v].hi8, is_unsigned); /* a block per half */
+      const int32_t n = b[v].nvalid + (two ? b[v + 1].nvalid : 0);
+      if (n == 32) {
+        _mm256_storeu_si256((__m256i*)o, bytes);
+      } else if (n == 16) { /* an odd block count's last block (MobileNet's 144 channels) */
+        _mm_storeu_si128((__m128i*)o, _mm256_castsi256_si128(bytes));
+      } else {
+        uint8_t tmp[32];
+        _mm256_storeu_si256((__m256i*)tmp, bytes);
+        memcpy(o, tmp, (size_t)n);
+      }
+    }
+    if (++c == j->cols) {
+      c = 0;
+      ++q;
+    }
+  }
+}
+
+/* Rows [i0, i1) x blocks [nb0, nb1) through refcg_rows_smallk_avx2 with KS (and CONTIG) fixed, in
+ * groups of REFCG_AVX2_SMALLK_NB blocks, the plan a constant; 0 (nothing done) where the blocks do
+ * not share a vector plan. */
+#define REFCG_DEFINE_SMALLK_AVX2(KS, CONTIG)                                                                   \
+  static int refcg_smallk##KS##_avx2(const refcg_gemm_job* j, int32_t nb0, int32_t nb1, int32_t i0, int32_t i1) { \
+    refcg_blk_avx2 b[REFCG_AVX2_SMALLK_NB];                                                                    \
+    __m256i wp[REFCG_AVX2_SMALLK_NB * 4 * KS];                                                                 \
+    for (int32_t g = nb0; g < nb1; g += REFCG_AVX2_SMALLK_NB) {                                                \
+      const int32_t nbk = nb1 - g < REFCG_AVX2_SMALLK_NB ? nb1 - g : REFCG_AVX2_SMALLK_NB;                     \
+      int plan = -1;                                                                                           \
+      for (int32_t v = 0; v < nbk; ++v) {                                                                      \
+        refcg_blk_init_avx2(j, g + v, &b[v]);                                                                  \
+        const int p = REFCG_PLAN_MEET(refcg_rq_plan_avx2(&b[v].rq, &b[v].rv[0]),                               \
+                                      refcg_rq_plan_avx2(&b[v].rq, &b[v].rv[1]));                              \
+        plan = plan < 0 || plan == p ? p : REFCG_PLAN_ANY;                                                     \
+      }                                                                                                        \
+      if (plan == REFCG_PLAN_ANY) return 0; /* the first group: the plan is the job's */                      \
+      for (int32_t v = 0; v < nbk; ++v) refcg_pairs_w_avx2(j->w + (int64_t)(g + v) * j->kp * 16, KS, wp + 4 * KS * v); \
+      const int ks = KS, contig = CONTIG;                                                                      \
+      switch (plan) {                                                                                          \
+        case 1: REFCG_SMALLK_AVX2_CALL(1); break;                                                              \
+        case 2: REFCG_SMALLK_AVX2_CALL(2); break;                                                              \
+        case 3: REFCG_SMALLK_AVX2_CALL(3); break;                                                              \
+        case 4: REFCG_SMALLK_AVX2_CALL(4); break;                                                              \
+        default: REFCG_SMALLK_AVX2_CALL(5); break;                                                             \
+      }                                                                                                        \
+    }                                                                                                          \
+    return 1;                                                                                                  \
+  }
+#define REFCG_SMALLK_AVX2_CALL(p) refcg_rows_smallk_avx2(j, b, wp, nbk, i0, i1, ks, contig, p)
+REFCG_DEFINE_SMALLK_AVX2(4, 1)
+REFCG_DEFINE_SMALLK_AVX2(6, 1)
+REFCG_DEFINE_SMALLK_AVX2(8, 1)
+REFCG_DEFINE_SMALLK_AVX2(10, 1)
+REFCG_DEFINE_SMALLK_AVX2(12, 1)
+REFCG_DEFINE_SMALLK_AVX2(9, 0) /* a 3x3 over 4 padded channels: three segments */
+#undef REFCG_SMALLK_AVX2_CALL
+#undef REFCG_DEFINE_SMALLK_AVX2
+
+typedef int (*refcg_smallk_avx2_fn)(const refcg_gemm_job*, int32_t, int32_t, int32_t, int32_t);
+
+/* The row kernel for j's k-steps, or NULL: tiles (more steps, other step counts, outputs the
+ * byte epilogue does not store). */
+static refcg_smallk_avx2_fn refcg_smallk_of_avx2(const refcg_gemm_job* j) {
+  if (!refcg_epi_vector_bytes(&j->epi) || j->seg_len % 4) return NULL;
+  const int32_t steps = j->nseg * j->seg_len / 4;
+  if (j->nseg > 1) return steps == 9 ? refcg_smallk9_avx2 : NULL;
+  switch (steps) {
+    case 4: return refcg_smallk4_avx2;
+    case 6: return refcg_smallk6_avx2;
+    case 8: return refcg_smallk8_avx2;
+    case 10: return refcg_smallk10_avx2;
+    case 12: return refcg_smallk12_avx2;
+    default: return NULL;
+  }
+}
+
+/* Tiles [t0, t1) (tile t = row pair t / nblocks, block t % nblocks) through smallk: the rows whose
+ * blocks are all in the range row-major, the partial row pairs at either end over their blocks;
+ * 0 (nothing done) where smallk declines. */
+static int refcg_smallk_tiles_avx2(const refcg_gemm_job* j, refcg_smallk_avx2_fn smallk, int64_t t0, int64_t t1) {
+  const int32_t nblocks = (j->n + 15) / 16, mr = REFCG_AVX2_TABLE_MR;
+  const int64_t p0 = (t0 + nblocks - 1) / nblocks, p1 = t1 / nblocks; /* whole row pairs [p0, p1) */
+#define REFCG_PAIR_ROWS(p) ((int32_t)((p) * mr < j->m ? (p) * mr : j->m))
+  if (p0 > p1) /* within one row pair */
+    return smallk(j, (int32_t)(t0 % nblocks), (int32_t)(t1 - p1 * nblocks), REFCG_PAIR_ROWS(p1), REFCG_PAIR_ROWS(p1 + 1));
+  if (p0 < p1 && !smallk(j, 0, nblocks, REFCG_PAIR_ROWS(p0), REFCG_PAIR_ROWS(p1))) return 0;
+  if (t0 < p0 * nblocks && !smallk(j, (int32_t)(t0 % nblocks), nblocks, REFCG_PAIR_ROWS(p0 - 1), REFCG_PAIR_ROWS(p0)))
+    return 0;
+  if (t1 > p1 * nblocks && !smallk(j, 0, (int32_t)(t1 - p1 * nblocks), REFCG_PAIR_ROWS(p1), REFCG_PAIR_ROWS(p1 + 1)))
+    return 0;
+#undef REFCG_PAIR_ROWS
+  return 1;
+}
+
 /* nk k-steps (64 bytes each) of one block's weights sign-extended to int16, same layout. */
 REFCG_INLINE void refcg_widen_w_avx2(const int8_t* w, int64_t nk, int16_t* ww) {
   for (const int8_t* end = w + nk * 64; w < end; w += 16, ww += 16)
@@ -541,6 +737,8 @@ REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2
  * their accumulators in between). Ranges of up to 4 rows use refcg_tile_avx2. */
 static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
+  const refcg_smallk_avx2_fn smallk = refcg_smallk_of_avx2(j);
+  if (smallk && refcg_smallk_tiles_avx2(j, smallk, t0, t1)) return;
   const int32_t nblocks = (j->n + 15) / 16;
   const int64_t nk = (int64_t)j->nseg * j->seg_len / 4;
   const int64_t nchunks = nk > REFCG_AVX2_WC ? (nk + REFCG_AVX2_WC - 1) / REFCG_AVX2_WC : 1;

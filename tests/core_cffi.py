@@ -53,7 +53,8 @@ DTYPE_CODE = {name: getattr(ENUMS, const) for name, const in
 
 HARNESS = Path(__file__).with_name("epilogue_harness.c")
 HARNESS_CDEF = """int refcg_harness_epilogue(const char* isa, int32_t planar, const refcg_requant* rq, const int32_t* acc,
-                           const int32_t* corr, int32_t pixels, int32_t channels, void* out, int32_t out_dtype);"""
+                           const int32_t* corr, int32_t pixels, int32_t channels, void* out, int32_t out_dtype);
+void refcg_harness_tasks(int32_t n);"""
 
 
 def _build(cache: Path, source: str | None = None, harness: bool = False):
@@ -181,6 +182,10 @@ class Core:
     def use_or_skip(self, isa: str) -> None:
         self.require(isa)
         self.use(isa)
+
+    def tasks(self, n: int) -> None:
+        """Split every later kernel call into ``n`` ranges run in turn, as ``n`` threads would (harness cores)."""
+        self.lib.refcg_harness_tasks(n)
 
     def release(self) -> None:
         self._keep.clear()

@@ -9,9 +9,16 @@
  * (planar == 1: [channels][pixels], one channel's constants broadcast, as the 1x1 plane and
  * depthwise plane kernels do). acc needs 16 readable int32 past its end. Returns -1 for a variant
  * this build or CPU lacks.
+ * refcg_harness_tasks: below.
  */
 int refcg_harness_epilogue(const char* isa, int32_t planar, const refcg_requant* rq, const int32_t* acc,
                            const int32_t* corr, int32_t pixels, int32_t channels, void* out, int32_t out_dtype);
+
+/* Every later kernel call splits its work into n ranges run one after another, as a pool of n
+ * threads would (refcg_serial_tasks): the ranges that start or end inside a tile row or a channel
+ * group, tested without threads. */
+void refcg_harness_tasks(int32_t n);
+void refcg_harness_tasks(int32_t n) { *refcg_serial_tasks() = n > 0 ? n : 1; }
 
 static void refcg_harness_scalar(int32_t planar, const refcg_epi* e, const int32_t* acc, int32_t pixels,
                                  int32_t channels) {

@@ -19,7 +19,7 @@ LOWERINGS = [FloatLowering(sse41, fma) for sse41 in (True, False) for fma in (Tr
 FMA, NO_FMA = FloatLowering(True, True), FloatLowering(True, False)
 
 
-CORE = Core()  # built once per source (cached): its variants parametrize the tests
+CORE = Core(harness=True)  # built once per source (cached): its variants parametrize the tests
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,15 @@ def numpy_conv_nhwc(x, w_ohwi, izp, kzp, stride, pad, dilation, groups):
     return (acc & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
 
+def split_run(core, call, tasks=3):
+    """call() with every kernel's work split into ``tasks`` ranges, as that many threads split it."""
+    core.tasks(tasks)
+    try:
+        return call()
+    finally:
+        core.tasks(1)
+
+
 # in_c, out_c, hw, kernel, stride, pad (t, l, b, r), dilation, groups ("dw": depthwise)
 SHAPES = [
     (3, 17, (9, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
@@ -82,6 +91,10 @@ SHAPES = [
     (40, 144, (3, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (48, 20, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (4, 24, (9, 8), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1),
+    # ... on AVX2 every block of a row at a time: one block of 8 channels over an odd row count (rows
+    # in pairs), 17 blocks (a group of 16, then one)
+    (24, 8, (5, 7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    (16, 272, (3, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     # a 7x7 map (49 rows: 8 six-row tiles and a last row) over groups of 4 and 3 channel blocks
     (64, 104, (7, 7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (33, 33, (9, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "dw"),
@@ -137,6 +150,8 @@ def test_conv_variants_bit_exact(core, isa, shape, weights, layout, in_dtype):
         for run in [conv] + ([packed_only] if groups == 1 else []):
             got = run.run(x)
             assert np.array_equal(got, ref), f"{isa} {out_dtype} mode {rq.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
+        got = split_run(core, lambda: conv.run(x))
+        assert np.array_equal(got, ref), f"{isa} {out_dtype} mode {rq.mode}, 3 ranges"
     with pytest.raises(RuntimeError):  # no weights, no reference: an error, not a crash
         packed_only.run(x, fast=False)
 
@@ -231,6 +246,7 @@ def test_depthwise_variants_bit_exact(core, isa, shape, layout, in_dtype):
             assert np.array_equal(ref if layout == "NHWC" else ref.transpose(0, 2, 3, 1), biased)
         got = conv.run(x)
         assert np.array_equal(got, ref), f"{isa} {out_dtype} mode {rq.mode}: {np.abs(got - ref.astype(np.int64)).max()}"
+        assert np.array_equal(split_run(core, lambda: conv.run(x)), ref), f"{isa} {out_dtype} mode {rq.mode}, 3 ranges"
         if layout == "NHWC":  # the channel kernels' weight layouts built per call, as for direct C callers
             conv.f = core.conv_fast(conv.fast_data, layouts=False)
             built = conv.run(x)
