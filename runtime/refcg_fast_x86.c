@@ -600,12 +600,9 @@ REFCG_INLINE void refcg_rows_smallk_avx2(const refcg_gemm_job* j, const refcg_bl
       const int32_t n = b[v].nvalid + (two ? b[v + 1].nvalid : 0);
       if (n == 32) {
         _mm256_storeu_si256((__m256i*)o, bytes);
-      } else if (n == 16) { /* an odd block count's last block (MobileNet's 144 channels) */
-        _mm_storeu_si128((__m128i*)o, _mm256_castsi256_si128(bytes));
-      } else {
-        uint8_t tmp[32];
-        _mm256_storeu_si256((__m256i*)tmp, bytes);
-        memcpy(o, tmp, (size_t)n);
+      } else { /* an odd block count's last block (MobileNet's 144 channels), channel tails */
+        refcg_store16_avx2(o, _mm256_castsi256_si128(bytes), n < 16 ? n : 16);
+        if (n > 16) refcg_store16_avx2(o + 16, _mm256_extracti128_si256(bytes, 1), n - 16);
       }
     }
     if (++c == j->cols) {
