@@ -479,8 +479,8 @@ REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2
 
 /* Rows [r0, r1) of a pair-safe block nb, REFCG_AVX2B_MR at a time; a tail of fewer rows runs
  * a kernel of its size (a dense of batch 1 computes one row, not four). */
-REFCG_INLINE void refcg_rows_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0, int32_t r1,
-                                   int32_t nb) {
+static __attribute__((noinline)) void refcg_rows_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0,
+                                                       int32_t r1, int32_t nb) {
   int32_t i0 = r0, q = r0 / j->cols, c = r0 - q * j->cols;
   for (; i0 + REFCG_AVX2B_MR <= r1; i0 += REFCG_AVX2B_MR) {
     refcg_tile_avx2b(j, b, q, c, nb, REFCG_AVX2B_MR);
@@ -729,9 +729,47 @@ REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2
   refcg_tile_epi_avx2(j, b, out_off, acc, MR);
 }
 
-/* Tiles [t0, t1): per channel block, its weights are widened to int16 once per chunk of K into
- * a stack buffer and reused by up to REFCG_AVX2_RG rows (a chunk of a long K: the rows keep
- * their accumulators in between). Ranges of up to 4 rows use refcg_tile_avx2. */
+/* Rows [r0, r1) of block nb by refcg_tile_avx2, 2 at a time: too few rows to repay refcg_tile_avx2w's
+ * widening (dense 4x1024x1024: 6% slower). The tiles' three paths are functions of their own (not
+ * inlined into refcg_tiles_avx2): their plan copies in one function took GCC a minute to compile. */
+static __attribute__((noinline)) void refcg_rows_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0,
+                                                      int32_t r1, int32_t nb) {
+  for (int32_t i0 = r0; i0 < r1; i0 += 2) {
+    if (r1 - i0 == 1)
+      refcg_tile_avx2(j, b, i0, nb, 1);
+    else
+      refcg_tile_avx2(j, b, i0, nb, 2);
+  }
+}
+
+/* Rows [r0, r1) of block nb: its weights are widened to int16 once per chunk of K (nk k-steps in
+ * chunks of csz) into a stack buffer and reused by up to REFCG_AVX2_RG rows (a chunk of a long K: the
+ * rows keep their accumulators in between). */
+static __attribute__((noinline)) void refcg_rows_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0,
+                                                       int32_t r1, int32_t nb, int64_t nk, int64_t csz) {
+  int16_t ww[REFCG_AVX2_WC * 64] __attribute__((aligned(32)));
+  int32_t saved[REFCG_AVX2_RG * 32];
+  const int8_t* w = j->w + (int64_t)nb * j->kp * 16;
+  for (int32_t g0 = r0; g0 < r1; g0 += REFCG_AVX2_RG) {
+    const int32_t g1 = r1 - g0 < REFCG_AVX2_RG ? r1 : g0 + REFCG_AVX2_RG;
+    for (int64_t q0 = 0; q0 < nk; q0 += csz) {
+      const int64_t q1 = nk - q0 < csz ? nk : q0 + csz;
+      if (csz < nk || g0 == r0) refcg_widen_w_avx2(w + q0 * 64, q1 - q0, ww);
+      int32_t i0 = g0, q = g0 / j->cols, c = g0 - q * j->cols; /* row i0 is output row q, column c */
+      for (; i0 + REFCG_AVX2_MR <= g1; i0 += REFCG_AVX2_MR) {
+        refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), REFCG_AVX2_MR);
+        refcg_rows_advance(j, &q, &c, REFCG_AVX2_MR);
+      }
+      if (g1 - i0 == 2)
+        refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), 2);
+      else if (g1 - i0 == 1)
+        refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), 1);
+    }
+  }
+}
+
+/* Tiles [t0, t1), per channel block: pair-safe blocks on vpmaddubsw (refcg_rows_avx2b), short row
+ * ranges on refcg_tile_avx2, the rest on widened weights (refcg_rows_avx2w). */
 static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
   const refcg_smallk_avx2_fn smallk = refcg_smallk_of_avx2(j);
@@ -740,8 +778,6 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
   const int64_t nk = (int64_t)j->nseg * j->seg_len / 4;
   const int64_t nchunks = nk > REFCG_AVX2_WC ? (nk + REFCG_AVX2_WC - 1) / REFCG_AVX2_WC : 1;
   const int64_t csz = (nk + nchunks - 1) / nchunks; /* chunks of equal size */
-  int16_t ww[REFCG_AVX2_WC * 64] __attribute__((aligned(32)));
-  int32_t saved[REFCG_AVX2_RG * 32];
   for (int32_t nb = 0; nb < nblocks; ++nb) { /* tile t = rp * nblocks + nb (row pair rp) */
     int64_t rp0, rp1;
     refcg_rows_of_col(t0, t1, nblocks, nb, &rp0, &rp1);
@@ -750,36 +786,12 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
     const int32_t r1 = rp1 * REFCG_AVX2_TABLE_MR < j->m ? (int32_t)rp1 * REFCG_AVX2_TABLE_MR : j->m;
     refcg_blk_avx2 b;
     refcg_blk_init_avx2(j, nb, &b);
-    if (j->pair_safe && j->pair_safe[nb]) {
+    if (j->pair_safe && j->pair_safe[nb])
       refcg_rows_avx2b(j, &b, r0, r1, nb);
-      continue;
-    }
-    if (r1 - r0 <= 4 || nk == 0) { /* too few rows to repay the widening (dense 4x1024x1024: 6% slower) */
-      for (int32_t i0 = r0; i0 < r1; i0 += 2) {
-        if (r1 - i0 == 1)
-          refcg_tile_avx2(j, &b, i0, nb, 1);
-        else
-          refcg_tile_avx2(j, &b, i0, nb, 2);
-      }
-      continue;
-    }
-    const int8_t* w = j->w + (int64_t)nb * j->kp * 16;
-    for (int32_t g0 = r0; g0 < r1; g0 += REFCG_AVX2_RG) {
-      const int32_t g1 = r1 - g0 < REFCG_AVX2_RG ? r1 : g0 + REFCG_AVX2_RG;
-      for (int64_t q0 = 0; q0 < nk; q0 += csz) {
-        const int64_t q1 = nk - q0 < csz ? nk : q0 + csz;
-        if (nchunks > 1 || g0 == r0) refcg_widen_w_avx2(w + q0 * 64, q1 - q0, ww);
-        int32_t i0 = g0, q = g0 / j->cols, c = g0 - q * j->cols; /* row i0 is output row q, column c */
-        for (; i0 + REFCG_AVX2_MR <= g1; i0 += REFCG_AVX2_MR) {
-          refcg_tile_avx2w(j, &b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), REFCG_AVX2_MR);
-          refcg_rows_advance(j, &q, &c, REFCG_AVX2_MR);
-        }
-        if (g1 - i0 == 2)
-          refcg_tile_avx2w(j, &b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), 2);
-        else if (g1 - i0 == 1)
-          refcg_tile_avx2w(j, &b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), 1);
-      }
-    }
+    else if (r1 - r0 <= 4 || nk == 0)
+      refcg_rows_avx2(j, &b, r0, r1, nb);
+    else
+      refcg_rows_avx2w(j, &b, r0, r1, nb, nk, csz);
   }
 }
 
@@ -906,6 +918,11 @@ REFCG_INLINE void refcg_dw_cols_rows_avx2(const refcg_dw_job* j, int64_t r0, int
   }
 }
 
+REFCG_DEFINE_BY_PLAN(refcg_dw_cols_rows_by_plan_avx2, refcg_dw_cols_rows_avx2,
+                     (const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid, const int16_t* vw,
+                      const refcg_rqv_avx2* r, __m256i corr),
+                     (j, r0, r1, c0, nvalid, vw, r, corr))
+
 #define REFCG_DW_COLS_AVX2_KH 8 /* kernel rows the column kernels take (the weights' stack buffer) */
 #define REFCG_DW_L2_BYTES (128 << 10) /* input rows of a chunk of output rows (refcg_dw_avx2) */
 
@@ -935,9 +952,8 @@ static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
         }
     const refcg_rqv_avx2 r = refcg_rqv_load_avx2(j->epi.rq, c0, nvalid, 1);
     const __m256i corr = _mm256_maskload_epi32(j->epi.corr + c0, refcg_lanes_avx2(nvalid));
-#define REFCG_DW_COLS_ROWS_AVX2(p) refcg_dw_cols_rows_avx2(j, q0, q1, c0, nvalid, vw, &r, corr, p)
-    REFCG_WITH_PLAN(refcg_rq_plan_avx2(j->epi.rq, &r), REFCG_DW_COLS_ROWS_AVX2);
-#undef REFCG_DW_COLS_ROWS_AVX2
+    refcg_dw_cols_rows_by_plan_avx2[REFCG_PLAN_INDEX(refcg_rq_plan_avx2(j->epi.rq, &r))](j, q0, q1, c0, nvalid, vw, &r,
+                                                                                          corr);
   }
   }
 }
@@ -1941,6 +1957,33 @@ static refcg_smallk_fn refcg_smallk_of_avx512(const refcg_gemm_job* j) {
  * thread's rows: a group's weights (K x 64 bytes) stay in L1/L2 while the rows stream by (dense
  * 64x512x512: 1.2x faster than channel groups fastest, which re-read all weights from L2 for
  * every row block). */
+/* Row blocks [rb0, rb1) of the group of NV channel blocks at nb (refcg_tiles_avx512vnni), the first at
+ * output row q, column c. A tail group of 2-3 channel blocks runs in one tile: 12-18 independent
+ * accumulators instead of 6 per block, which vpdpbusd's latency would leave half idle (MobileNet's
+ * 24/96/160 channels). One function per NV (REFCG_DEFINE_TILE_ROWS_AVX512), not inlined into the
+ * caller: every NV's tiles and plan copies in one function took GCC a minute to compile. */
+REFCG_INLINE void refcg_tile_rows_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk, int64_t rb0, int64_t rb1,
+                                         int32_t q, int32_t c, int32_t nb, const int NV) {
+  for (int64_t rb = rb0; rb < rb1; ++rb) {
+    const int32_t i0 = (int32_t)rb * REFCG_X512_MR;
+    if (j->m - i0 == 1) /* a last row (49 = 8 x 6 + 1: 7x7 maps): its NV blocks' chains in one tile */
+      refcg_tile_avx512(j, blk, i0, q, c, nb, 1, NV);
+    else
+      refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, NV);
+    refcg_rows_advance(j, &q, &c, REFCG_X512_MR);
+  }
+}
+#define REFCG_DEFINE_TILE_ROWS_AVX512(NV)                                                                        \
+  static __attribute__((noinline)) void refcg_tile_rows_avx512_nv##NV(                                           \
+      const refcg_gemm_job* j, const refcg_blk_avx512* blk, int64_t rb0, int64_t rb1, int32_t q, int32_t c,      \
+      int32_t nb) {                                                                                              \
+    refcg_tile_rows_avx512(j, blk, rb0, rb1, q, c, nb, NV);                                                      \
+  }
+REFCG_DEFINE_TILE_ROWS_AVX512(1)
+REFCG_DEFINE_TILE_ROWS_AVX512(2)
+REFCG_DEFINE_TILE_ROWS_AVX512(3)
+REFCG_DEFINE_TILE_ROWS_AVX512(4) /* REFCG_X512_NV */
+
 static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
   const int32_t nblocks = (j->n + 15) / 16;
@@ -1962,29 +2005,11 @@ static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
      * a K = 16 conv spent a fifth of its time on them) */
     refcg_blk_avx512 blk[REFCG_X512_NV];
     for (int32_t v = 0; v < nv; ++v) blk[v] = refcg_blk_load_avx512(j, nb + v);
-    for (int64_t rb = rb0; rb < rb1; ++rb) {
-      const int32_t i0 = (int32_t)rb * REFCG_X512_MR;
-      /* a tail group of 2-3 channel blocks in one tile: 12-18 independent accumulators instead of
-       * 6 per block, which vpdpbusd's latency would leave half idle (MobileNet's 24/96/160 channels) */
-      if (j->m - i0 == 1) { /* a last row (49 = 8 x 6 + 1: 7x7 maps): its nv blocks' chains in one tile */
-        if (nv == 4)
-          refcg_tile_avx512(j, blk, i0, q, c, nb, 1, 4);
-        else if (nv == 3)
-          refcg_tile_avx512(j, blk, i0, q, c, nb, 1, 3);
-        else if (nv == 2)
-          refcg_tile_avx512(j, blk, i0, q, c, nb, 1, 2);
-        else
-          refcg_tile_avx512(j, blk, i0, q, c, nb, 1, 1);
-      } else if (nv == REFCG_X512_NV) {
-        refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, REFCG_X512_NV);
-      } else if (nv == 3) {
-        refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 3);
-      } else if (nv == 2) {
-        refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 2);
-      } else {
-        refcg_tile_avx512(j, blk, i0, q, c, nb, REFCG_X512_MR, 1);
-      }
-      refcg_rows_advance(j, &q, &c, REFCG_X512_MR);
+    switch (nv) {
+      case 4: refcg_tile_rows_avx512_nv4(j, blk, rb0, rb1, q, c, nb); break;
+      case 3: refcg_tile_rows_avx512_nv3(j, blk, rb0, rb1, q, c, nb); break;
+      case 2: refcg_tile_rows_avx512_nv2(j, blk, rb0, rb1, q, c, nb); break;
+      default: refcg_tile_rows_avx512_nv1(j, blk, rb0, rb1, q, c, nb); break;
     }
   }
 }
@@ -2150,6 +2175,11 @@ REFCG_INLINE void refcg_dw_rows_avx512(const refcg_dw_job* j, int64_t r0, int64_
   }
 }
 
+REFCG_DEFINE_BY_PLAN(refcg_dw_rows_by_plan_avx512, refcg_dw_rows_avx512,
+                     (const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int cols, const int32_t* wide,
+                      const __m512i* wq, const int64_t* toff, const refcg_rqv_avx512* r, __m512i corr),
+                     (j, r0, r1, c0, cols, wide, wq, toff, r, corr))
+
 static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
   const refcg_dw_job* j = (const refcg_dw_job*)ctx;
   const int32_t taps = j->kh * j->kw;
@@ -2174,9 +2204,7 @@ static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
     for (int32_t g = 0; quads && g < (j->kh + 3) / 4; ++g)
       for (int32_t kw = 0; kw < j->kw; ++kw)
         wq[g * j->kw + kw] = _mm512_loadu_si512(j->wq + (((int64_t)g * j->kw + kw) * j->cp + c0) * 4);
-#define REFCG_DW_ROWS_AVX512(p) refcg_dw_rows_avx512(j, r0, r1, c0, cols, wide, quads ? wq : NULL, toff, &r, corr, p)
-    REFCG_WITH_PLAN(plan, REFCG_DW_ROWS_AVX512);
-#undef REFCG_DW_ROWS_AVX512
+    refcg_dw_rows_by_plan_avx512[REFCG_PLAN_INDEX(plan)](j, r0, r1, c0, cols, wide, quads ? wq : NULL, toff, &r, corr);
   }
 }
 
