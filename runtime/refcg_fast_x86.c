@@ -309,7 +309,8 @@ REFCG_INLINE void refcg_store_bytes_avx2(uint8_t* out, __m256i v, int64_t n) {
 #define REFCG_AVX2_RG 96   /* rows sharing a chunk; their raw accumulators take 12 KB */
 #define REFCG_AVX2B_MR 4   /* vpmaddubsw tiles: 4 x 2 accumulators, 2 weights, ones, input, 2 products
                             * (6 rows measured no faster: the epilogue and copies dominate the rest) */
-#define REFCG_AVX2_MR_MAX (REFCG_AVX2B_MR > REFCG_AVX2_MR ? REFCG_AVX2B_MR : REFCG_AVX2_MR)
+#define REFCG_AVX2_HALF_MR 6 /* a block of 8 or fewer channels: 6 x 2 accumulators (refcg_rows_avx2w) */
+#define REFCG_AVX2_MR_MAX REFCG_AVX2_HALF_MR
 
 /* Sum of the two pair-sum lanes per channel: groups g0 (ch 0-3) and g1 (ch 4-7) -> ch 0-7. */
 REFCG_INLINE __m256i refcg_hsum_pairs_avx2(__m256i g0, __m256i g1) {
@@ -411,10 +412,11 @@ REFCG_INLINE void refcg_tile_sums_epi_avx2(const refcg_gemm_job* j, const refcg_
 
 /* The same from vpmaddwd's pair-sum accumulators (4 per row: channels 0-3, 4-7, 8-11, 12-15). */
 REFCG_INLINE void refcg_tile_epi_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, const int64_t* out_off,
-                                      __m256i (*acc)[4], int32_t rows) {
+                                      __m256i (*acc)[4], int32_t rows, const int G) {
   __m256i sum[REFCG_AVX2_MR_MAX][2];
   for (int32_t r = 0; r < rows; ++r)
-    for (int h = 0; h < 2; ++h) sum[r][h] = refcg_hsum_pairs_avx2(acc[r][2 * h], acc[r][2 * h + 1]);
+    for (int h = 0; h < 2; ++h)
+      sum[r][h] = 2 * h < G ? refcg_hsum_pairs_avx2(acc[r][2 * h], acc[r][2 * h + 1]) : _mm256_setzero_si256();
   refcg_tile_sums_epi_avx2(j, b, out_off, sum, rows);
 }
 
@@ -447,7 +449,7 @@ REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, const refcg_blk_avx2*
       }
     }
   }
-  refcg_tile_epi_avx2(j, b, out_off, acc, MR);
+  refcg_tile_epi_avx2(j, b, out_off, acc, MR, 4);
 }
 
 /* MR rows x 16 channels (block nb) of a block whose weight pairs provably fit int16
@@ -694,16 +696,18 @@ REFCG_INLINE void refcg_widen_w_avx2(const int8_t* w, int64_t nk, int16_t* ww) {
 }
 
 /* MR rows [i0, i0 + MR) x block b, k-steps [q0, q1) from those weights widened (ww): per
- * k-step and row one vpmovzxbw, no weight shuffles. Accumulators start at zero (q0 == 0) or
- * from saved (MR x 32 int32), and are saved (q1 < nk) or go to the epilogue. */
+ * k-step and row one vpmovzxbw, no weight shuffles. G groups of 4 channels: 4, or 2 for a block of 8
+ * or fewer channels (half the vpmaddwd; N = 24, 40: a third of the block passes). Accumulators start
+ * at zero (q0 == 0) or from saved (MR x 32 int32), and are saved (q1 < nk) or go to the epilogue. */
 REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t q, int32_t c,
-                                   const int16_t* ww, int64_t q0, int64_t q1, int64_t nk, int32_t* saved, const int MR) {
-  const uint8_t* arow[REFCG_AVX2_MR];
-  int64_t out_off[REFCG_AVX2_MR];
+                                   const int16_t* ww, int64_t q0, int64_t q1, int64_t nk, int32_t* saved, const int MR,
+                                   const int G) {
+  const uint8_t* arow[REFCG_AVX2_MR_MAX];
+  int64_t out_off[REFCG_AVX2_MR_MAX];
   refcg_job_rows_at(j, q, c, MR, arow, out_off);
-  __m256i acc[REFCG_AVX2_MR][4];
+  __m256i acc[REFCG_AVX2_MR_MAX][4];
   for (int r = 0; r < MR; ++r)
-    for (int g = 0; g < 4; ++g)
+    for (int g = 0; g < G; ++g)
       acc[r][g] = q0 == 0 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i*)(saved + 32 * r + 8 * g));
   const int16_t* wp = ww;
   const int64_t len = j->seg_len;
@@ -711,22 +715,22 @@ REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2
   for (int64_t k0 = q0 ? q0 * 4 % len : 0, left = (q1 - q0) * 4; left > 0; ++s, k0 = 0) {
     const int64_t k1 = len - k0 < left ? len : k0 + left;
     left -= k1 - k0;
-    const uint8_t* x[REFCG_AVX2_MR];
+    const uint8_t* x[REFCG_AVX2_MR_MAX];
     for (int r = 0; r < MR; ++r) x[r] = arow[r] + j->seg_off[s];
     for (int64_t k = k0; k < k1; k += 4, wp += 64) {
       for (int r = 0; r < MR; ++r) {
         const __m256i a = refcg_bcast4_avx2(x[r] + k);
-        for (int g = 0; g < 4; ++g)
+        for (int g = 0; g < G; ++g)
           acc[r][g] = _mm256_add_epi32(acc[r][g], _mm256_madd_epi16(a, _mm256_load_si256((const __m256i*)(wp + 16 * g))));
       }
     }
   }
   if (q1 < nk) {
     for (int r = 0; r < MR; ++r)
-      for (int g = 0; g < 4; ++g) _mm256_storeu_si256((__m256i*)(saved + 32 * r + 8 * g), acc[r][g]);
+      for (int g = 0; g < G; ++g) _mm256_storeu_si256((__m256i*)(saved + 32 * r + 8 * g), acc[r][g]);
     return;
   }
-  refcg_tile_epi_avx2(j, b, out_off, acc, MR);
+  refcg_tile_epi_avx2(j, b, out_off, acc, MR, G);
 }
 
 /* Rows [r0, r1) of block nb by refcg_tile_avx2, 2 at a time: too few rows to repay refcg_tile_avx2w's
@@ -739,6 +743,20 @@ static __attribute__((noinline)) void refcg_rows_avx2(const refcg_gemm_job* j, c
       refcg_tile_avx2(j, b, i0, nb, 1);
     else
       refcg_tile_avx2(j, b, i0, nb, 2);
+  }
+}
+
+/* The last rows (fewer than a tile's) of refcg_rows_avx2w, the first at output row q, column c. */
+REFCG_INLINE void refcg_tail_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t q, int32_t c,
+                                   const int16_t* ww, int64_t q0, int64_t q1, int64_t nk, int32_t* saved, int32_t rows,
+                                   const int G) {
+  switch (rows) { /* under the tile's rows: REFCG_AVX2_HALF_MR (G = 2) or REFCG_AVX2_MR */
+    case 5: if (G == 2) refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved, 5, 2); break;
+    case 4: if (G == 2) refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved, 4, 2); break;
+    case 3: if (G == 2) refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved, 3, 2); break;
+    case 2: refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved, 2, G); break;
+    case 1: refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved, 1, G); break;
+    default: break;
   }
 }
 
@@ -756,14 +774,19 @@ static __attribute__((noinline)) void refcg_rows_avx2w(const refcg_gemm_job* j, 
       const int64_t q1 = nk - q0 < csz ? nk : q0 + csz;
       if (csz < nk || g0 == r0) refcg_widen_w_avx2(w + q0 * 64, q1 - q0, ww);
       int32_t i0 = g0, q = g0 / j->cols, c = g0 - q * j->cols; /* row i0 is output row q, column c */
+      if (b->nvalid <= 8) {
+        for (; i0 + REFCG_AVX2_HALF_MR <= g1; i0 += REFCG_AVX2_HALF_MR) {
+          refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), REFCG_AVX2_HALF_MR, 2);
+          refcg_rows_advance(j, &q, &c, REFCG_AVX2_HALF_MR);
+        }
+        refcg_tail_avx2w(j, b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), g1 - i0, 2);
+        continue;
+      }
       for (; i0 + REFCG_AVX2_MR <= g1; i0 += REFCG_AVX2_MR) {
-        refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), REFCG_AVX2_MR);
+        refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), REFCG_AVX2_MR, 4);
         refcg_rows_advance(j, &q, &c, REFCG_AVX2_MR);
       }
-      if (g1 - i0 == 2)
-        refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), 2);
-      else if (g1 - i0 == 1)
-        refcg_tile_avx2w(j, b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), 1);
+      refcg_tail_avx2w(j, b, q, c, ww, q0, q1, nk, saved + 32 * (i0 - g0), g1 - i0, 4);
     }
   }
 }

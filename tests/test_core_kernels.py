@@ -95,8 +95,10 @@ SHAPES = [
     # in pairs), 17 blocks (a group of 16, then one)
     (24, 8, (5, 7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (16, 272, (3, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
-    # a 7x7 map (49 rows: 8 six-row tiles and a last row) over groups of 4 and 3 channel blocks
+    # a 7x7 map (49 rows: 8 six-row tiles and a last row) over groups of 4 and 3 channel blocks; on AVX2
+    # its last block of 8 channels in six-row tiles, as 800->24's (K in two chunks of widened weights)
     (64, 104, (7, 7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    (800, 24, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (33, 33, (9, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "dw"),
     (21, 21, (10, 13), (5, 3), (2, 2), (2, 1, 2, 1), (1, 2), "dw"),
 ]
