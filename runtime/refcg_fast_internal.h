@@ -61,21 +61,22 @@ enum { REFCG_PLAN_ANY = 0, REFCG_PLAN_I64_UP = 1, REFCG_PLAN_F32_UP = 2 };
     }                               \
   } while (0)
 
-/* NAME[plan](ARGS): FN(ARGS, p) as one function per plan, each kept out of its caller. Where a hot loop
- * nest takes the plan as a constant, its copies are large; inlined into one caller they made one function
+/* NAME##_p##K(ARGS): FN(ARGS, K) as a function of its own, K a constant. Where a hot loop nest takes a
+ * constant (a plan, a tile width), its copies are large; inlined into one caller they made one function
  * of ~300 KB of code, and GCC's register allocation and PRE grow faster than the code (the x86 core took
  * 111 s of gcc -O3, 54 s split). Called once per channel block and row range, the call costs nothing
  * measurable. */
 #define REFCG_UNPAREN(...) __VA_ARGS__
-#define REFCG_PLAN_COPY(NAME, FN, PARAMS, ARGS, P) \
-  static __attribute__((noinline)) void NAME##_p##P PARAMS { FN(REFCG_UNPAREN ARGS, P); }
+#define REFCG_CONST_COPY(NAME, FN, PARAMS, ARGS, K) \
+  static __attribute__((noinline)) void NAME##_p##K PARAMS { FN(REFCG_UNPAREN ARGS, K); }
+/* NAME[plan](ARGS): FN(ARGS, p) copied per plan (REFCG_CONST_COPY) */
 #define REFCG_DEFINE_BY_PLAN(NAME, FN, PARAMS, ARGS)                                           \
-  REFCG_PLAN_COPY(NAME, FN, PARAMS, ARGS, 0)                                                   \
-  REFCG_PLAN_COPY(NAME, FN, PARAMS, ARGS, 1)                                                   \
-  REFCG_PLAN_COPY(NAME, FN, PARAMS, ARGS, 2)                                                   \
-  REFCG_PLAN_COPY(NAME, FN, PARAMS, ARGS, 3)                                                   \
-  REFCG_PLAN_COPY(NAME, FN, PARAMS, ARGS, 4)                                                   \
-  REFCG_PLAN_COPY(NAME, FN, PARAMS, ARGS, 5)                                                   \
+  REFCG_CONST_COPY(NAME, FN, PARAMS, ARGS, 0)                                                  \
+  REFCG_CONST_COPY(NAME, FN, PARAMS, ARGS, 1)                                                  \
+  REFCG_CONST_COPY(NAME, FN, PARAMS, ARGS, 2)                                                  \
+  REFCG_CONST_COPY(NAME, FN, PARAMS, ARGS, 3)                                                  \
+  REFCG_CONST_COPY(NAME, FN, PARAMS, ARGS, 4)                                                  \
+  REFCG_CONST_COPY(NAME, FN, PARAMS, ARGS, 5)                                                  \
   static void(*const NAME[6]) PARAMS = {NAME##_p0, NAME##_p1, NAME##_p2, NAME##_p3, NAME##_p4, NAME##_p5};
 /* the index of NAME for plan (REFCG_WITH_PLAN's cases) */
 #define REFCG_PLAN_INDEX(plan) ((plan) >= 1 && (plan) <= 5 ? (plan) : 0)

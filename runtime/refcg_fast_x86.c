@@ -1995,8 +1995,8 @@ static refcg_smallk_fn refcg_smallk_of_avx512(const refcg_gemm_job* j) {
 /* Row blocks [rb0, rb1) of the group of NV channel blocks at nb (refcg_tiles_avx512vnni), the first at
  * output row q, column c. A tail group of 2-3 channel blocks runs in one tile: 12-18 independent
  * accumulators instead of 6 per block, which vpdpbusd's latency would leave half idle (MobileNet's
- * 24/96/160 channels). One function per NV (REFCG_DEFINE_TILE_ROWS_AVX512), not inlined into the
- * caller: every NV's tiles and plan copies in one function took GCC a minute to compile. */
+ * 24/96/160 channels). One function per NV (REFCG_CONST_COPY), not inlined into the caller: every NV's
+ * tiles and plan copies in one function took GCC a minute to compile. */
 REFCG_INLINE void refcg_tile_rows_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk, int64_t rb0, int64_t rb1,
                                          int32_t q, int32_t c, int32_t nb, const int NV) {
   for (int64_t rb = rb0; rb < rb1; ++rb) {
@@ -2008,16 +2008,16 @@ REFCG_INLINE void refcg_tile_rows_avx512(const refcg_gemm_job* j, const refcg_bl
     refcg_rows_advance(j, &q, &c, REFCG_X512_MR);
   }
 }
-#define REFCG_DEFINE_TILE_ROWS_AVX512(NV)                                                                        \
-  static __attribute__((noinline)) void refcg_tile_rows_avx512_nv##NV(                                           \
-      const refcg_gemm_job* j, const refcg_blk_avx512* blk, int64_t rb0, int64_t rb1, int32_t q, int32_t c,      \
-      int32_t nb) {                                                                                              \
-    refcg_tile_rows_avx512(j, blk, rb0, rb1, q, c, nb, NV);                                                      \
-  }
-REFCG_DEFINE_TILE_ROWS_AVX512(1)
-REFCG_DEFINE_TILE_ROWS_AVX512(2)
-REFCG_DEFINE_TILE_ROWS_AVX512(3)
-REFCG_DEFINE_TILE_ROWS_AVX512(4) /* REFCG_X512_NV */
+#define REFCG_TILE_ROWS_AVX512(NV)                                                                               \
+  REFCG_CONST_COPY(refcg_tile_rows_by_nv_avx512, refcg_tile_rows_avx512,                                         \
+                   (const refcg_gemm_job* j, const refcg_blk_avx512* blk, int64_t rb0, int64_t rb1, int32_t q,   \
+                    int32_t c, int32_t nb),                                                                      \
+                   (j, blk, rb0, rb1, q, c, nb), NV)
+REFCG_TILE_ROWS_AVX512(1)
+REFCG_TILE_ROWS_AVX512(2)
+REFCG_TILE_ROWS_AVX512(3)
+REFCG_TILE_ROWS_AVX512(4) /* REFCG_X512_NV */
+#undef REFCG_TILE_ROWS_AVX512
 
 static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
@@ -2041,10 +2041,10 @@ static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
     refcg_blk_avx512 blk[REFCG_X512_NV];
     for (int32_t v = 0; v < nv; ++v) blk[v] = refcg_blk_load_avx512(j, nb + v);
     switch (nv) {
-      case 4: refcg_tile_rows_avx512_nv4(j, blk, rb0, rb1, q, c, nb); break;
-      case 3: refcg_tile_rows_avx512_nv3(j, blk, rb0, rb1, q, c, nb); break;
-      case 2: refcg_tile_rows_avx512_nv2(j, blk, rb0, rb1, q, c, nb); break;
-      default: refcg_tile_rows_avx512_nv1(j, blk, rb0, rb1, q, c, nb); break;
+      case 4: refcg_tile_rows_by_nv_avx512_p4(j, blk, rb0, rb1, q, c, nb); break;
+      case 3: refcg_tile_rows_by_nv_avx512_p3(j, blk, rb0, rb1, q, c, nb); break;
+      case 2: refcg_tile_rows_by_nv_avx512_p2(j, blk, rb0, rb1, q, c, nb); break;
+      default: refcg_tile_rows_by_nv_avx512_p1(j, blk, rb0, rb1, q, c, nb); break;
     }
   }
 }
