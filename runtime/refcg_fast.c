@@ -173,7 +173,8 @@ static void refcg_rgb_to_rgb0(const uint8_t* src, uint8_t flip, uint8_t* dst, in
 typedef struct {
   const refcg_conv2d_params* p;
   const void* input;      /* one batch */
-  uint8_t* a;             /* [hp][wp][cp] */
+  uint8_t* a;             /* [hp][wp][cp], from padded row row0 on */
+  int64_t row0;
   int32_t hp, wp, cp, cin;
   uint8_t flip;           /* 0x80 when the input dtype differs from the domain */
   uint8_t pad;            /* izp in the domain */
@@ -192,7 +193,7 @@ static void refcg_pad_rows(const void* ctx, int64_t r0, int64_t r1) {
   /* NCHW into 4 channels a pixel (a first conv's 3): whole pixels written by refcg_interleave4 */
   const int planes4 = s3 != 1 && cp == 4 && s2 == 1;
   for (int64_t r = r0; r < r1; ++r) {
-    uint8_t* row = j->a + r * wp * cp;
+    uint8_t* row = j->a + (r - j->row0) * wp * cp;
     const int64_t ih = r - p->pad_top;
     const int inside = ih >= 0 && ih < p->in_h;
     for (int32_t x = 0; x < wp; ++x) { /* border pixels: izp, channels beyond cin 0 */
@@ -390,6 +391,37 @@ static int refcg_conv2d_planes(const refcg_isa_config* isa, const refcg_conv2d_p
   return 0;
 }
 
+/* A depthwise conv's padded copy and rows in one phase: each task pads the input rows its output
+ * rows read into a buffer of its own, then runs them. No barrier between a pad and a rows phase, and
+ * a task's rows are padded by the thread that reads them (on 2 threads the separate pad phase ran
+ * 1.8x its 1-thread CPU time, the task padding the bottom rows waiting on no one). */
+typedef struct {
+  const refcg_pad_job* pad;
+  const refcg_dw_job* dw;
+  refcg_range_fn rows;
+  int* failed; /* set when a task's buffer could not be allocated (the caller reruns in two phases) */
+} refcg_dw_padded_job;
+
+static void refcg_dw_padded_rows(const void* ctx, int64_t r0, int64_t r1) {
+  const refcg_dw_padded_job* f = (const refcg_dw_padded_job*)ctx;
+  const refcg_dw_job* d = f->dw;
+  const int64_t p0 = r0 * d->sh, p1 = (r1 - 1) * d->sh + (int64_t)(d->kh - 1) * d->dh + 1;
+  uint8_t* buf = (uint8_t*)refcg_ws_alloc((size_t)(p1 - p0) * d->wp * d->cp + 64);
+  if (!buf) {
+    __atomic_store_n(f->failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  refcg_pad_job pj = *f->pad;
+  pj.a = buf;
+  pj.row0 = p0;
+  refcg_pad_rows(&pj, p0, p1);
+  refcg_dw_job dj = *d;
+  dj.a = buf;
+  dj.a_row0 = p0;
+  f->rows(&dj, r0, r1);
+  refcg_ws_free(buf);
+}
+
 REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_consts* k,
                            const refcg_conv2d_fast* f, const void* input, void* output) {
   const refcg_isa_config* isa = refcg_isa_current();
@@ -417,8 +449,9 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
   const int in_place = !depthwise && (flip == 0 || isa->gemm.flips) && p->pad_top == 0 && p->pad_left == 0 && hp <= p->in_h &&
                        wp == p->in_w && p->in_stride[3] == 1 && p->in_stride[2] == cp &&
                        p->in_stride[1] == (int64_t)wp * cp;
-  uint8_t* a = in_place ? NULL : (uint8_t*)refcg_ws_alloc((size_t)hp * wp * cp + 64);
-  if (!in_place && !a) return -2;
+  /* depthwise: each task pads its own rows (refcg_dw_padded_rows) */
+  uint8_t* a = in_place || depthwise ? NULL : (uint8_t*)refcg_ws_alloc((size_t)hp * wp * cp + 64);
+  if (!in_place && !depthwise && !a) return -2;
   const int32_t* corr = depthwise ? (isa->signed_domain ? f->dw_corr_s8 : f->dw_corr_u8)
                                   : (isa->signed_domain ? f->gemm.corr_s8 : f->gemm.corr_u8);
   const int out_elem = p->out_dtype == REFCG_S32 ? 4 : 1;
@@ -453,21 +486,38 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
     wquad = wquad_built;
   }
   int64_t seg_off[256];
+  int rc = 0;
   for (int32_t n = 0; n < p->batch; ++n) {
-    const refcg_pad_job pj = {p, (const uint8_t*)input + n * p->in_stride[0], a, hp, wp, cp, p->in_c, flip,
+    const refcg_pad_job pj = {p, (const uint8_t*)input + n * p->in_stride[0], a, 0, hp, wp, cp, p->in_c, flip,
                               (uint8_t)((p->input_zp & 0xff) ^ flip)};
     void* out = (uint8_t*)output + n * p->out_stride[0] * out_elem;
     const refcg_epi epi = refcg_make_epi(&k->requant, p->out_c, corr, unpack ? (void*)rows : out, p->out_dtype,
                                          unpack ? 1 : p->out_stride[3]);
     if (depthwise) {
-      refcg_dw_job dj = {a, isa->signed_domain, wp, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
+      refcg_dw_job dj = {a, 0, isa->signed_domain, wp, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
                          p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, wpair ? wpair : f->dw_w, f->dw_w, wquad, epi,
                          p->out_stride[1], p->out_stride[2], {0}};
       for (int32_t t = 0; t < p->kernel_h * p->kernel_w; ++t)
         dj.tap_off[t] = ((int64_t)t / p->kernel_w * p->dilation_h * wp + (int64_t)t % p->kernel_w * p->dilation_w) * cp;
       dj.tap_off[p->kernel_h * p->kernel_w] = dj.tap_off[p->kernel_h * p->kernel_w - 1];
-      const refcg_par_task phases[] = {{refcg_pad_rows, &pj, hp}, {isa->dw.rows, &dj, p->out_h}};
+      int failed = 0;
+      const refcg_dw_padded_job fj = {&pj, &dj, isa->dw.rows, &failed};
+      refcg_parallel(refcg_dw_padded_rows, &fj, p->out_h);
+      if (!failed) continue;
+      /* a task's buffer did not fit: the whole padded copy, then the rows (allocated and freed here:
+       * the workspace frees last in, first out) */
+      refcg_pad_job pa = pj;
+      refcg_dw_job da = dj;
+      pa.a = a = (uint8_t*)refcg_ws_alloc((size_t)hp * wp * cp + 64);
+      da.a = a;
+      if (!a) {
+        rc = -2;
+        break;
+      }
+      const refcg_par_task phases[] = {{refcg_pad_rows, &pa, hp}, {isa->dw.rows, &da, p->out_h}};
       refcg_parallel_phases(phases, 2);
+      refcg_ws_free(a);
+      a = NULL;
       continue;
     }
     /* segments: one per kernel row when taps of a row are adjacent, else one per tap */
@@ -493,7 +543,7 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
   if (wpair_built) refcg_ws_free(wpair_built);
   if (rows) refcg_ws_free(rows);
   if (a) refcg_ws_free(a);
-  return 0;
+  return rc;
 }
 
 REFCG_API int refcg_dense(const refcg_dense_params* p, const refcg_gemm_weights* g, const refcg_requant* rq,

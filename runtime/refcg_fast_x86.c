@@ -935,7 +935,7 @@ REFCG_INLINE void refcg_dw_cols_rows_avx2(const refcg_dw_job* j, int64_t r0, int
                                           const int16_t* vw, const refcg_rqv_avx2* r, __m256i corr, const int plan) {
   const int64_t rowb = (int64_t)j->dh * j->wp * j->cp, pstride = (int64_t)j->sw * j->cp;
   for (int64_t oh = r0; oh < r1; ++oh) {
-    const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
+    const uint8_t* row = refcg_dw_row(j, oh * j->sh) + c0;
     int32_t ow = 0;
     REFCG_DW_COLS_SHAPES(REFCG_DW_COLS_AVX2_ROW, REFCG_DW_COLS_AVX2_LEFT, 3);
   }
@@ -2188,7 +2188,7 @@ REFCG_INLINE void refcg_dw_rows_avx512(const refcg_dw_job* j, int64_t r0, int64_
   const int32_t taps = j->kh * j->kw;
   const int pairs = wq && j->kh == 3 && j->kw == 3 && j->sh == 1 && j->sw == 1 && j->dh == 1;
   for (int64_t oh = r0; oh < r1; ++oh) {
-    const uint8_t* row = j->a + (int64_t)oh * j->sh * j->wp * j->cp + c0;
+    const uint8_t* row = refcg_dw_row(j, oh * j->sh) + c0;
     int32_t ow = 0;
     const int two = pairs && oh + 1 < r1; /* rows oh and oh + 1 (refcg_dwq_cols_avx512's R2) */
     if (two) {

@@ -54,7 +54,8 @@ DTYPE_CODE = {name: getattr(ENUMS, const) for name, const in
 HARNESS = Path(__file__).with_name("epilogue_harness.c")
 HARNESS_CDEF = """int refcg_harness_epilogue(const char* isa, int32_t planar, const refcg_requant* rq, const int32_t* acc,
                            const int32_t* corr, int32_t pixels, int32_t channels, void* out, int32_t out_dtype);
-void refcg_harness_tasks(int32_t n);"""
+void refcg_harness_tasks(int32_t n);
+int32_t refcg_harness_ws_fail(uint32_t mask);"""
 
 
 def _build(cache: Path, source: str | None = None, harness: bool = False):
@@ -186,6 +187,11 @@ class Core:
     def tasks(self, n: int) -> None:
         """Split every later kernel call into ``n`` ranges run in turn, as ``n`` threads would (harness cores)."""
         self.lib.refcg_harness_tasks(n)
+
+    def fail_alloc(self, mask: int) -> int:
+        """Make the workspace allocations from now fail where their bit of ``mask`` is set (bit i: the
+        i-th; 0: none; harness cores); returns how many were made since the previous call."""
+        return self.lib.refcg_harness_ws_fail(mask)
 
     def release(self) -> None:
         self._keep.clear()

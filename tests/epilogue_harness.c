@@ -9,7 +9,7 @@
  * (planar == 1: [channels][pixels], one channel's constants broadcast, as the 1x1 plane and
  * depthwise plane kernels do). acc needs 16 readable int32 past its end. Returns -1 for a variant
  * this build or CPU lacks.
- * refcg_harness_tasks: below.
+ * refcg_harness_tasks, refcg_harness_ws_fail: below.
  */
 int refcg_harness_epilogue(const char* isa, int32_t planar, const refcg_requant* rq, const int32_t* acc,
                            const int32_t* corr, int32_t pixels, int32_t channels, void* out, int32_t out_dtype);
@@ -19,6 +19,17 @@ int refcg_harness_epilogue(const char* isa, int32_t planar, const refcg_requant*
  * group, tested without threads. */
 void refcg_harness_tasks(int32_t n);
 void refcg_harness_tasks(int32_t n) { *refcg_serial_tasks() = n > 0 ? n : 1; }
+
+/* Workspace allocations from now fail where their bit of mask is set (bit i: the i-th); returns
+ * how many were made since the previous call. */
+int32_t refcg_harness_ws_fail(uint32_t mask);
+int32_t refcg_harness_ws_fail(uint32_t mask) {
+  refcg_ws_faults* f = refcg_serial_ws_faults();
+  const int32_t made = (int32_t)f->count;
+  f->mask = mask;
+  f->count = 0;
+  return made;
+}
 
 static void refcg_harness_scalar(int32_t planar, const refcg_epi* e, const int32_t* acc, int32_t pixels,
                                  int32_t channels) {

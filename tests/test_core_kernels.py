@@ -259,6 +259,35 @@ def test_depthwise_variants_bit_exact(core, isa, shape, layout, in_dtype):
             assert np.array_equal(built, ref), f"{isa} {out_dtype} layouts built per call: {np.abs(built - ref.astype(np.int64)).max()}"
 
 
+def test_depthwise_workspace_failures(core, isa):
+    """Each workspace allocation of a depthwise call (3 ranges: each pads its own rows into a buffer
+    of its own) failing in turn: a range's buffer -> the whole call again through one padded copy,
+    exact; that copy's too -> the call reports -2. Never a wrong answer."""
+    rng = np.random.default_rng(11)
+    x = full_range(rng, (1, 13, 11, 40), "uint8")
+    weight = full_range(rng, (40, 3, 3, 1), "int8")
+    want = numpy_conv_nhwc(x, weight, 255, 0, (1, 1), (1, 1, 1, 1), (1, 1), 40)
+    (out_dtype, rq), *_ = requant_cases(rng, want, 40)
+    conv = Conv2D(core, in_shape=x.shape, layout="NHWC", weight_ohwi=weight, padding=(1, 1, 1, 1), groups=40,
+                  in_dtype="uint8", input_zp=255, out_dtype=out_dtype, requant=rq)
+    ref = conv.run(x, fast=False)
+    outcomes = {}
+    for mask in (1, 2, 4, 1 | 8, 2 | 8):  # one range's buffer; with the copy after it (4 allocations)
+        core.fail_alloc(mask)
+        try:
+            got = split_run(core, lambda: conv.run(x, out=np.zeros(conv.out_shape, conv.out_dtype)))
+            outcome = "exact" if np.array_equal(got, ref) else "wrong"
+        except RuntimeError as e:
+            outcome = str(e)
+        made = core.fail_alloc(0)
+        outcomes[mask] = outcome if mask & ((1 << made) - 1) else f"no failure in {made} allocations"
+    if isa == "scalar":  # the scalar variant runs the reference: no workspace
+        assert set(outcomes.values()) == {"no failure in 0 allocations"}, outcomes
+    else:
+        assert outcomes == {1: "exact", 2: "exact", 4: "exact", 9: "refcg conv2d returned -2",
+                            10: "refcg conv2d returned -2"}, outcomes
+
+
 def run_binary(core, op, x, y, out_dtype, rq_a, rq_b, zps, out_range, reference):
     """refcg_binary (or refcg_binary_ref) with numpy broadcasting of x and y."""
     return Binary(core, op, x.shape, y.shape, x.dtype, y.dtype, out_dtype, rq_a, rq_b, zps, out_range).run(x, y, reference)
