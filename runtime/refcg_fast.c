@@ -393,8 +393,8 @@ static int refcg_conv2d_planes(const refcg_isa_config* isa, const refcg_conv2d_p
 
 /* A depthwise conv's padded copy and rows in one phase: each task pads the input rows its output
  * rows read into a buffer of its own, then runs them. No barrier between a pad and a rows phase, and
- * a task's rows are padded by the thread that reads them (on 2 threads the separate pad phase ran
- * 1.8x its 1-thread CPU time, the task padding the bottom rows waiting on no one). */
+ * a task's rows are padded by the thread that reads them (on 2 threads the separate pad phase took
+ * 1.8x its 1-thread CPU time, and the faster task waited at the barrier: MobileNetV2 1.03x). */
 typedef struct {
   const refcg_pad_job* pad;
   const refcg_dw_job* dw;
