@@ -450,7 +450,8 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
                        wp == p->in_w && p->in_stride[3] == 1 && p->in_stride[2] == cp &&
                        p->in_stride[1] == (int64_t)wp * cp;
   /* depthwise: each task pads its own rows (refcg_dw_padded_rows) */
-  uint8_t* a = in_place || depthwise ? NULL : (uint8_t*)refcg_ws_alloc((size_t)hp * wp * cp + 64);
+  const size_t a_bytes = (size_t)hp * wp * cp + 64;
+  uint8_t* a = in_place || depthwise ? NULL : (uint8_t*)refcg_ws_alloc(a_bytes);
   if (!in_place && !depthwise && !a) return -2;
   const int32_t* corr = depthwise ? (isa->signed_domain ? f->dw_corr_s8 : f->dw_corr_u8)
                                   : (isa->signed_domain ? f->gemm.corr_s8 : f->gemm.corr_u8);
@@ -488,8 +489,8 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
   int64_t seg_off[256];
   int rc = 0;
   for (int32_t n = 0; n < p->batch; ++n) {
-    const refcg_pad_job pj = {p, (const uint8_t*)input + n * p->in_stride[0], a, 0, hp, wp, cp, p->in_c, flip,
-                              (uint8_t)((p->input_zp & 0xff) ^ flip)};
+    refcg_pad_job pj = {p, (const uint8_t*)input + n * p->in_stride[0], a, 0, hp, wp, cp, p->in_c, flip,
+                        (uint8_t)((p->input_zp & 0xff) ^ flip)};
     void* out = (uint8_t*)output + n * p->out_stride[0] * out_elem;
     const refcg_epi epi = refcg_make_epi(&k->requant, p->out_c, corr, unpack ? (void*)rows : out, p->out_dtype,
                                          unpack ? 1 : p->out_stride[3]);
@@ -506,15 +507,13 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
       if (!failed) continue;
       /* a task's buffer did not fit: the whole padded copy, then the rows (allocated and freed here:
        * the workspace frees last in, first out) */
-      refcg_pad_job pa = pj;
-      refcg_dw_job da = dj;
-      pa.a = a = (uint8_t*)refcg_ws_alloc((size_t)hp * wp * cp + 64);
-      da.a = a;
+      pj.a = a = (uint8_t*)refcg_ws_alloc(a_bytes);
+      dj.a = a;
       if (!a) {
         rc = -2;
         break;
       }
-      const refcg_par_task phases[] = {{refcg_pad_rows, &pa, hp}, {isa->dw.rows, &da, p->out_h}};
+      const refcg_par_task phases[] = {{refcg_pad_rows, &pj, hp}, {isa->dw.rows, &dj, p->out_h}};
       refcg_parallel_phases(phases, 2);
       refcg_ws_free(a);
       a = NULL;
