@@ -30,6 +30,21 @@ class KernelPlan:
     steps: list[Step] = field(default_factory=list)
     constants: list[Buffer] = field(default_factory=list)
 
+    def offset(self, buf: Buffer) -> int:
+        """Where ``buf`` starts in its buffer: 0, or for a scratch tensor, centred in its slot (a multiple
+        of 4096 bytes: the tensor keeps the alignment it had at the slot's start). Kernels split their rows in two halves over 2 threads: centred,
+        each core writes and reads the same half of the slot's lines for every tensor the slot holds in
+        turn, instead of taking the lines the other core last wrote (a cross-core transfer each)
+        wherever two tensors' sizes differ."""
+        if buf.kind != "scratch":
+            return 0
+        return (self.scratch[buf.index].nbytes - buf.nbytes) // 2 // 4096 * 4096
+
+    def pointer(self, buf: Buffer) -> str:
+        """The C expression of ``buf``'s first byte."""
+        offset = self.offset(buf)
+        return f"((char*){buf.name} + {offset})" if offset else buf.name
+
 
 def _buffer_for(expr, kind: str, index: int, name: str) -> Buffer:
     ttype = expr.checked_type
