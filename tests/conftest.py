@@ -104,6 +104,15 @@ def random_int(rng, shape, dtype, low=None, high=None):
     return rng.integers(low, high + 1, size=shape).astype(dtype)
 
 
+# Modules of tests that take a minute or more each (their TVM-only builds): collected first, so the two
+# xdist workers of `make test` do not end on them, one idle while the other runs a long last test.
+LONG_MODULES = ("test_zoo.py", "test_tvmc.py")
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name not in LONG_MODULES)  # stable: the rest in their order
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261130)
