@@ -31,11 +31,11 @@ class KernelPlan:
     constants: list[Buffer] = field(default_factory=list)
 
     def offset(self, buf: Buffer) -> int:
-        """Where ``buf`` starts in its buffer: 0, or for a scratch tensor, centred in its slot (a multiple
-        of 4096 bytes: the tensor keeps the alignment it had at the slot's start). Kernels split their rows in two halves over 2 threads: centred,
-        each core writes and reads the same half of the slot's lines for every tensor the slot holds in
-        turn, instead of taking the lines the other core last wrote (a cross-core transfer each)
-        wherever two tensors' sizes differ."""
+        """Where ``buf`` starts in its buffer: 0, or for a scratch tensor, centred in its slot (a
+        multiple of 4096 bytes: the tensor keeps the alignment it had at the slot's start). Kernels split
+        their rows in two halves over 2 threads: centred, each core writes and reads the same half of the
+        slot's lines for every tensor the slot holds in turn, instead of taking the lines the other core
+        last wrote (a cross-core transfer each) wherever two tensors' sizes differ."""
         if buf.kind != "scratch":
             return 0
         return (self.scratch[buf.index].nbytes - buf.nbytes) // 2 // 4096 * 4096
