@@ -7,7 +7,8 @@ leaky_relu, the target's instruction set). Instead of re-deriving each, refcg bu
 own body on all 256 input values with ``relay.build`` under the build target, the active
 PassContext and the active ``requantize_config``, and runs it: the table holds exactly what
 TVM-only computes for each value. That needs a target this host can run, except for the ops TVM
-itself turns into a table computed on the build host (``HOST_TABLE_OPS``).
+itself turns into a table computed on the build host (``HOST_TABLE_OPS``). An op TVM-only computes in a
+stagewise conv's kernel (stagewise.py) gets its table from such a kernel, an identity conv in front.
 """
 from __future__ import annotations
 
@@ -136,9 +137,34 @@ def _scale_input(standalone: relay.Function, func: relay.Function) -> np.ndarray
     return func.body.args[1].data.numpy() if len(standalone.params) > 1 else None
 
 
-def _key(standalone: relay.Function, target) -> tuple:
+def _key(standalone: relay.Function, target, stagewise: bool) -> tuple:
     text = str(relay.transform.InferType()(tvm.IRModule.from_expr(standalone)))
-    return text, str(target), _config_key()
+    return text, str(target), _config_key(), stagewise
+
+
+def _stagewise(func: relay.Function) -> bool:
+    """Whether TVM-only computes the table op ``func`` in a stagewise conv's kernel (stagewise.py)."""
+    from .stagewise import STAGEWISE_TABLE_ATTR  # stagewise imports the ops package, which imports this module
+
+    return bool(func.attrs and func.attrs.get(STAGEWISE_TABLE_ATTR))
+
+
+# the 256 values as a (1, 1, 16, 16) NHWC tensor: what a depthwise conv reads
+_KERNEL_SHAPE = (1, 1, 16, 16)
+
+
+def _in_stagewise_kernel(values: relay.Var) -> relay.Expr:
+    """``values`` through an identity depthwise 1x1 NHWC conv and requantize: TVM's x86 strategy builds the
+    table op reading it into that conv's kernel, whose generic schedule rounds every stage apart
+    (stagewise.py) and computes the op's float stages as the kernel of any such conv does (constant
+    divisors become reciprocal multiplies there, not in a kernel of the op alone)."""
+    dtype = str(values.type_annotation.dtype)
+    one, zero = relay.const(1.0), relay.const(0, "int32")
+    channels = _KERNEL_SHAPE[-1]
+    conv = relay.qnn.op.conv2d(values, relay.const(np.ones((1, 1, channels, 1), "int8")), zero, zero, one, one,
+                               kernel_size=(1, 1), channels=channels, groups=channels, data_layout="NHWC",
+                               kernel_layout="HWOI")
+    return relay.qnn.op.requantize(conv, one, zero, one, zero, axis=3, out_dtype=dtype, rounding="UPWARD")
 
 
 def compute_tables(funcs: list, target) -> None:
@@ -151,16 +177,18 @@ def compute_tables(funcs: list, target) -> None:
             raise RefcgError(_op_name(func) or "unary op", "target",
                              reason + "; pass target= to partition_for_refcg to keep the op in TVM")
         standalone = _standalone(func)
-        key = _key(standalone, where)
+        key = _key(standalone, where, _stagewise(func))
         if key not in _TABLES:
             pending.setdefault(str(where), {})[key] = (standalone, _scale_input(standalone, func))
     for where, todo in pending.items():
-        keys, parts = list(todo), list(todo.values())
+        keys = list(todo)
         inputs, bodies = {}, []
-        for i, (part, scale) in enumerate(parts):
-            x = relay.var(f"x{i}", shape=(256,), dtype=part.params[0].type_annotation.dtype)
-            inputs[x] = np.arange(256, dtype="uint8").view(x.type_annotation.dtype)
-            binds = {part.params[0]: x}
+        for i, (key, (part, scale)) in enumerate(todo.items()):
+            stagewise = key[-1]
+            shape = _KERNEL_SHAPE if stagewise else (256,)
+            x = relay.var(f"x{i}", shape=shape, dtype=part.params[0].type_annotation.dtype)
+            inputs[x] = np.arange(256, dtype="uint8").view(x.type_annotation.dtype).reshape(shape)
+            binds = {part.params[0]: _in_stagewise_kernel(x) if stagewise else x}
             if scale is not None:
                 binds[part.params[1]] = relay.var(f"scale{i}", shape=(), dtype="float32")
                 inputs[binds[part.params[1]]] = scale
@@ -174,7 +202,7 @@ def compute_tables(funcs: list, target) -> None:
             runner.set_input(v.name_hint, tvm.nd.array(value))
         runner.run()
         for i, key in enumerate(keys):
-            _remember(key, runner.get_output(i).numpy())
+            _remember(key, runner.get_output(i).numpy().reshape(256))
 
 
 def prepare(func: relay.Function, target) -> None:
@@ -192,7 +220,7 @@ def prepare(func: relay.Function, target) -> None:
 
 def lookup_table(func: relay.Function, target) -> np.ndarray:
     """What TVM-only computes for ``func`` (one 8-bit parameter, elementwise) on each bit pattern 0..255."""
-    key = _key(_standalone(func), table_target(_op_name(func), target))
+    key = _key(_standalone(func), table_target(_op_name(func), target), _stagewise(func))
     table = _recall(key)
     if table is None:
         compute_tables([func], target)

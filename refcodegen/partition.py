@@ -10,7 +10,7 @@ from tvm.relay.build_module import bind_params_by_name
 from .armfuse import (TVM_ROUNDING_MATE_ATTR, FusionContext, keep_boundaries, neon_rounding_seed, tag_boundaries,
                       tvm_kernel_mates)
 from .numerics import is_arm_cpu_aarch64
-from .stagewise import tag_stagewise_inputs, tangled_composites
+from .stagewise import STAGEWISE_TABLE_ATTR, stagewise_tables, tag_stagewise_inputs, tangled_composites
 from .ops import COMPILER, CheckContext, family_of, pattern_table
 from .ops.base import op_name
 from .ops.quantize import SCALE_LOADED_ATTR
@@ -229,12 +229,16 @@ def _keep_loaded_scales_shared(mod, ctx: CheckContext):
 
 def _keep_stagewise_kernels_together(mod, ctx: CheckContext):
     """Composites TVM-only computes inside a conv kernel that rounds every stage apart stay in TVM,
-    with that conv (stagewise.tangled_composites)."""
+    with that conv (stagewise.tangled_composites), but for table ops the kernel is known to end after:
+    they are marked to have their tables computed as that kernel computes them (stagewise_tables)."""
     tangled = tangled_composites(mod["main"], ctx.target)
-    if not tangled:
+    tables = {call.op for call in stagewise_tables(mod["main"], ctx.target)}
+    if not tangled and not tables:
         return mod
 
     def keep(call, _):
+        if call.op in tables:
+            return _with_attr(call, STAGEWISE_TABLE_ATTR, 1)
         reason = tangled.get(call.op)
         if reason is None:
             return call

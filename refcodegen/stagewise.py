@@ -19,8 +19,9 @@ out channels == groups, strategy/generic.py:92-95):
 
 Read from TVM-only's LLVM IR (an fmul stored to a buffer vs. llvm.fmuladd) for every branch:
 tests/test_ops_fma.py. refcg's conv kernel rounds its own requantize the same way (``conv_stagewise``).
-Whatever else FuseOps puts into such a kernel, refcg cannot round like it from another kernel, so
-``tangled_composites`` finds it and the conv stays in TVM with it.
+Table ops the kernel certainly ends after (``kernel_tables``) are offloaded with their tables computed
+in such a kernel (lut.py); whatever else FuseOps may put into it, refcg cannot round like it from another
+kernel, so ``tangled_composites`` finds it and the conv stays in TVM with it.
 """
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ _EXACT = ("refcg.copy",)
 # stagewise conv's kernel: what the codegen checks when the partition was made without target=
 STAGEWISE_INPUTS_ATTR = "RefcgStagewiseInputs"
 X86, ARM_CPU = 1, 2
+# on a refcg.lut composite TVM-only computes in a stagewise conv's kernel (``stagewise_tables``): lut.py
+# computes its table in such a kernel
+STAGEWISE_TABLE_ATTR = "RefcgStagewiseTable"
 
 
 def conv_stagewise(target, conv) -> str | None:
@@ -147,27 +151,89 @@ def _region(readers: dict, start) -> list:
     return region
 
 
-def tangled_composites(main: relay.Function, target) -> dict:
-    """``{composite Function: reason}`` for the composite calls of ``main`` (after MergeComposite) that must
-    stay in TVM: for each conv TVM-only computes stage by stage (``conv_stagewise``) on an FMA target,
-    everything its kernel may grow into, when any of that rounds; and the conv's own composite then.
-    Left in TVM together, they are fused as TVM-only fuses them."""
+def kernel_tables(readers: dict, conv, ends) -> list | None:
+    """The table composites (refcg.lut) TVM-only computes in the kernel of the stagewise conv composite
+    ``conv``, when the graph settles where that kernel ends; None when it does not. FuseOps grows a conv's
+    group only into the post-dominator of its result, through elementwise edges (graph_partitioner.cc:
+    421-432): through a table op that is the result's single reader, not past a result that a conv, pool
+    or reduce also reads (the path to the post-dominator crosses it), nor into a table TVM legalizes to a
+    lookup (take: injective). ``ends(expr)``: for a result of the function, whether the kernel ends there
+    (False: readers outside are not known); None for any other expression."""
+    chain, node = [], conv
+    while True:
+        end = ends(node)
+        if end is not None:
+            return chain if end else None
+        after = readers.get(node, [])
+        if any(not _grows_into(r) for r in after) or (len(after) == 1 and _table(after[0]) == "host"):
+            return chain
+        if len(after) != 1 or _table(after[0]) != "kernel":
+            return None
+        node = after[0]
+        chain.append(node)
+
+
+def _table(expr) -> str | None:
+    """"host" for a table op TVM legalizes to a lookup computed on the build host, "kernel" for one
+    computed by the kernel it is fused into (elementwise float ops), None for anything else (a binary
+    op of a tensor and its table op included: not followed)."""
+    if _composite(expr) != "refcg.lut":
+        return None
+    from .lut import HOST_TABLE_OPS
+    from .ops.lut import Lut
+
+    table = Lut.parse(expr.op.body)
+    if table.inner is not None:
+        return None
+    return "host" if _op_name(table.op) in HOST_TABLE_OPS else "kernel"
+
+
+def _results_end(func: relay.Function):
+    """``kernel_tables``' ``ends`` for ``main``: nothing outside reads its results."""
+    results = list(func.body.fields) if isinstance(func.body, relay.Tuple) else [func.body]
+    return lambda expr: True if any(expr.same_as(r) for r in results) else None
+
+
+def _stagewise_kernels(func: relay.Function, target, ends):
+    """(conv node, variant, what its kernel may grow into, the tables it certainly ends after or None) for
+    each conv of ``func`` that TVM-only computes stage by stage on an FMA ``target``. The tables are known
+    for a conv composite of the x86 strategy only (lut.py rebuilds such a kernel to compute them)."""
     if target is None or not float_lowering(target).fma:
-        return {}  # without FMA, stage by stage and inlined round alike
-    readers = readers_of(main.body)
+        return  # without FMA, stage by stage and inlined round alike
+    readers = readers_of(func.body)
     from .ops.conv2d import Conv2D  # the ops package imports numerics, as this module does
 
-    tangled = {}
-    for node in list(readers) + [main.body]:
+    for node in list(readers) + [func.body]:
         kind = _composite(node)
         conv = Conv2D.parse(node.op.body).conv if kind == "refcg.conv2d" else \
             node if _op_name(node) == "qnn.conv2d" else None
         variant = conv_stagewise(target, conv) if conv is not None else None
         if variant is None:
             continue
-        region = _region(readers, node)
+        tables = kernel_tables(readers, node, ends) if kind is not None and "arm_cpu" not in target.keys else None
+        yield node, variant, _region(readers, node), tables
+
+
+def stagewise_tables(main: relay.Function, target) -> list:
+    """The table composite calls of ``main`` TVM-only computes in a stagewise conv's kernel, as that
+    kernel rounds (every stage apart): lut.py computes their tables in such a kernel
+    (STAGEWISE_TABLE_ATTR)."""
+    found = []
+    for _, _, _, tables in _stagewise_kernels(main, target, _results_end(main)):
+        found += tables or []
+    return found
+
+
+def tangled_composites(main: relay.Function, target, ends=None) -> dict:
+    """``{composite Function: reason}`` for the composite calls of ``main`` (after MergeComposite) that must
+    stay in TVM: for each conv TVM-only computes stage by stage (``conv_stagewise``) on an FMA target whose
+    kernel is not known to end after table ops (``kernel_tables``), everything that kernel may grow into,
+    when any of that rounds; and the conv's own composite then. Left in TVM together, they are fused as
+    TVM-only fuses them. ``ends``: see ``kernel_tables`` (default: main's results end kernels)."""
+    tangled = {}
+    for node, variant, region, tables in _stagewise_kernels(main, target, ends or _results_end(main)):
         rounding = [r for r in region if _rounds(r)]
-        if not rounding:
+        if not rounding or tables is not None:
             continue
         first = _composite(rounding[0]) or _op_name(rounding[0]) or type(rounding[0]).__name__
         why = (f"TVM-only computes it in one kernel with a {variant} qnn.conv2d, whose generic schedule rounds "
@@ -175,7 +241,7 @@ def tangled_composites(main: relay.Function, target) -> dict:
         for reader in region:
             if _composite(reader) is not None:
                 tangled[reader.op] = why
-        if kind is not None:
+        if _composite(node) is not None:
             tangled[node.op] = (f"TVM-only's kernel of this {variant} conv (generic schedule, every stage rounded "
                                 f"apart) also computes the {first} after it: they stay in TVM together")
     return tangled
@@ -187,7 +253,21 @@ def refuse_tangles(func: relay.Function, target, symbol: str):
     that TVM reads; an input TVM may compute in a stagewise conv's kernel, ``tag_stagewise_inputs``)."""
     from .armfuse import OUTPUTS_ATTR  # armfuse imports the ops package
 
-    if tangled_composites(func, target):
+    fields = list(func.body.fields) if isinstance(func.body, relay.Tuple) else [func.body]
+    flags = func.attrs.get(OUTPUTS_ATTR) if func.attrs else None
+    # a result ends a kernel when main only returns it; what else reads it is not known here
+    only_returned = [flags is not None and int(flag) == 1 for flag in (flags or fields)]
+
+    def ends(expr):
+        return next((end for field, end in zip(fields, only_returned) if expr.same_as(field)), None)
+
+    unmarked = [t for _, _, _, tables in _stagewise_kernels(func, target, ends) for t in tables or []
+                if not t.op.attrs.get(STAGEWISE_TABLE_ATTR)]
+    if unmarked:
+        raise RefcgError(symbol, "target", "TVM-only computes its table op in a depthwise or grouped conv's kernel "
+                                           "that rounds every stage apart (no FMA contraction); pass target= to "
+                                           "partition_for_refcg to compute the table as that kernel does")
+    if tangled_composites(func, target, ends):
         raise RefcgError(symbol, "target", "it holds ops that TVM-only computes stage by stage in a depthwise or "
                                            "grouped conv's kernel (no FMA contraction); pass target= to "
                                            "partition_for_refcg to keep them in TVM")
@@ -195,8 +275,6 @@ def refuse_tangles(func: relay.Function, target, symbol: str):
         return
     from .ops.conv2d import Conv2D
 
-    fields = list(func.body.fields) if isinstance(func.body, relay.Tuple) else [func.body]
-    flags = func.attrs.get(OUTPUTS_ATTR) if func.attrs else None
     for i, field in enumerate(fields):
         if _composite(field) != "refcg.conv2d" or (flags is not None and int(flags[i])):
             continue

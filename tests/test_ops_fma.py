@@ -14,7 +14,8 @@ import fma_cases as fc
 from conftest import random_int, slow_params
 from models import module, qconv_block
 from refcodegen import RefcgError, offload_report, partition_for_refcg
-from test_ops_common import NUMERICS, Cases, compare, const, qadd
+from test_ops_common import NUMERICS, Cases, compare, const, qadd, qparams, requantize_config
+from test_ops_lut import tflite_hardswish
 
 # (target, requantize_config); conv/dense/requantize carry both roundings as attributes,
 # qnn.add/mul follow the config
@@ -265,3 +266,69 @@ def test_a_stagewise_conv_left_in_tvm_is_seen_without_the_target(tmp_path, rng):
             relay.build(partition_for_refcg(mod), target=NUMERICS["float32"][0])
     report = offload_report(compare(mod, inputs, tmp_path / "nofma", "float32-nofma"))
     assert report.offloaded_ops["qnn.requantize"] == 1 and "needs constant weights" in str(report), report
+
+
+# TFLite hard-swish qparams (dequantize scale and zero point, quantize scale and zero point) whose table
+# differs at one value between a kernel that contracts the gate's x * s + 3 into one fma and one that
+# rounds every stage apart (constant divisors become reciprocal multiplies in both): found by emulating
+# the two in numpy float32
+HARDSWISH_APART = (0.0669958, -9, 0.056886937, 0)
+
+
+def test_a_table_op_in_a_stagewise_conv_kernel_is_computed_as_that_kernel_does(tmp_path, rng):
+    """A depthwise NHWC conv read only by a hard-swish (TFLite form), on an FMA target: TVM-only computes
+    the hard-swish in the conv's kernel, every stage rounded apart. Given the target, refcg offloads both
+    and computes the table in such a kernel, bit-exact: the identity conv passes every 8-bit value, one of
+    which a table computed in a kernel of its own gets wrong. A hard-swish read by a conv and a qnn.add
+    ends the kernel too (MobileNetV3's squeeze-excite: a mean and a qnn.mul): all offloaded; read by two
+    qnn.adds, where the kernel ends is not settled: the conv stays in TVM with them. Without the target
+    the build refuses."""
+    from refcodegen import lut
+    from refcodegen.stagewise import STAGEWISE_TABLE_ATTR
+
+    s_in, zp_in, s_out, zp_out = HARDSWISH_APART
+
+    def hardswish(y):
+        return relay.qnn.op.quantize(tflite_hardswish(relay.qnn.op.dequantize(y, *qparams(s_in, zp_in))),
+                                     *qparams(s_out, zp_out), out_dtype="int8")
+
+    x = relay.var("x", shape=(1, 1, 16, 16), dtype="int8")
+    weight = np.zeros((3, 3, 16, 1), "int8")
+    weight[1, 1] = 1
+    conv = relay.qnn.op.conv2d(x, relay.const(weight), const(0, "int32"), const(0, "int32"), const(0.5), const(2.0),
+                               kernel_size=(3, 3), channels=16, groups=16, padding=(1, 1), data_layout="NHWC",
+                               kernel_layout="HWOI")
+    identity = relay.qnn.op.requantize(conv, const(1.0), const(0, "int32"), const(1.0), const(0, "int32"), axis=3,
+                                       rounding="UPWARD", compute_dtype="float32")
+    inputs = {"x": np.arange(256, dtype="uint8").view("int8").reshape(1, 1, 16, 16)}
+    (tmp_path / "one").mkdir(), (tmp_path / "more").mkdir()
+    mod = module([x], hardswish(identity))
+    report = offload_report(compare(mod, inputs, tmp_path / "one", "float32", partition_target=True))
+    assert not report.stayed_ops and report.offloaded_ops["qnn.conv2d"] == 1, report
+
+    def dw_hardswish(data):
+        return hardswish(qconv_block(data, rng, in_c=16, out_c=16, groups=16, layout="NHWC", per_channel=True,
+                                     rounding="UPWARD", input_scale=0.05, output_scale=0.1))
+
+    y, z = dw_hardswish(x), dw_hardswish(x)
+    pointwise = qconv_block(y, rng, in_c=16, out_c=8, kernel=(1, 1), padding=(0, 0), layout="NHWC",
+                            input_scale=s_out, input_zp=zp_out, rounding="UPWARD")
+    ends = [pointwise, qadd(y, x, s_out, zp_out, 0.1, 0, 0.2, 3)]
+    unsettled = [qadd(z, x, s_out, zp_out, 0.1, 0, 0.2, 3), qadd(z, x, s_out, zp_out, 0.1, 0, 0.3, -2)]
+    report = offload_report(compare(module([x], relay.Tuple(ends + unsettled)), inputs, tmp_path / "more", "float32",
+                                    partition_target=True))
+    assert report.offloaded_ops["qnn.conv2d"] == 2 and report.stayed_ops["qnn.conv2d"] == 1, report
+    assert report.offloaded_ops["qnn.add"] == 1 and report.stayed_ops["qnn.add"] == 2, report
+
+    # the case separates the two kernels: the table of a kernel of its own differs at value 14
+    target, config = NUMERICS["float32"]
+    v = relay.var("v", shape=(1, 1, 16, 16), dtype="int8")
+    table_op = relay.transform.InferType()(module([v], hardswish(v)))["main"]
+    with requantize_config(target, config):
+        apart = lut.lookup_table(table_op.with_attr(STAGEWISE_TABLE_ATTR, 1), target)
+        alone = lut.lookup_table(table_op, target)
+    assert list(np.nonzero(apart != alone)[0]) == [14], (apart, alone)
+
+    with pytest.raises(RefcgError, match="table op .*stage apart.*pass target="):
+        with requantize_config(target, config), tvm.transform.PassContext(opt_level=3):
+            relay.build(partition_for_refcg(mod), target=target)
