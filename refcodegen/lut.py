@@ -142,7 +142,7 @@ def _key(standalone: relay.Function, target, stagewise: bool) -> tuple:
     return text, str(target), _config_key(), stagewise
 
 
-def _stagewise(func: relay.Function) -> bool:
+def in_stagewise_kernel(func: relay.Function) -> bool:
     """Whether TVM-only computes the table op ``func`` in a stagewise conv's kernel (stagewise.py)."""
     from .stagewise import STAGEWISE_TABLE_ATTR  # stagewise imports the ops package, which imports this module
 
@@ -153,7 +153,7 @@ def _stagewise(func: relay.Function) -> bool:
 _KERNEL_SHAPE = (1, 1, 16, 16)
 
 
-def _in_stagewise_kernel(values: relay.Var) -> relay.Expr:
+def _through_stagewise_kernel(values: relay.Var) -> relay.Expr:
     """``values`` through an identity depthwise 1x1 NHWC conv and requantize: TVM's x86 strategy builds the
     table op reading it into that conv's kernel, whose generic schedule rounds every stage apart
     (stagewise.py) and computes the op's float stages as the kernel of any such conv does (constant
@@ -177,7 +177,7 @@ def compute_tables(funcs: list, target) -> None:
             raise RefcgError(_op_name(func) or "unary op", "target",
                              reason + "; pass target= to partition_for_refcg to keep the op in TVM")
         standalone = _standalone(func)
-        key = _key(standalone, where, _stagewise(func))
+        key = _key(standalone, where, in_stagewise_kernel(func))
         if key not in _TABLES:
             pending.setdefault(str(where), {})[key] = (standalone, _scale_input(standalone, func))
     for where, todo in pending.items():
@@ -188,7 +188,7 @@ def compute_tables(funcs: list, target) -> None:
             shape = _KERNEL_SHAPE if stagewise else (256,)
             x = relay.var(f"x{i}", shape=shape, dtype=part.params[0].type_annotation.dtype)
             inputs[x] = np.arange(256, dtype="uint8").view(x.type_annotation.dtype).reshape(shape)
-            binds = {part.params[0]: _in_stagewise_kernel(x) if stagewise else x}
+            binds = {part.params[0]: _through_stagewise_kernel(x) if stagewise else x}
             if scale is not None:
                 binds[part.params[1]] = relay.var(f"scale{i}", shape=(), dtype="float32")
                 inputs[binds[part.params[1]]] = scale
@@ -220,7 +220,7 @@ def prepare(func: relay.Function, target) -> None:
 
 def lookup_table(func: relay.Function, target) -> np.ndarray:
     """What TVM-only computes for ``func`` (one 8-bit parameter, elementwise) on each bit pattern 0..255."""
-    key = _key(_standalone(func), table_target(_op_name(func), target), _stagewise(func))
+    key = _key(_standalone(func), table_target(_op_name(func), target), in_stagewise_kernel(func))
     table = _recall(key)
     if table is None:
         compute_tables([func], target)

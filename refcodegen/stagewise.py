@@ -175,17 +175,19 @@ def kernel_tables(readers: dict, conv, ends) -> list | None:
 
 def _table(expr) -> str | None:
     """"host" for a table op TVM legalizes to a lookup computed on the build host, "kernel" for one
-    computed by the kernel it is fused into (elementwise float ops), None for anything else (a binary
-    op of a tensor and its table op included: not followed)."""
+    computed by the kernel it is fused into (elementwise ops: a float chain, or a binary op of a tensor
+    and such a chain of it, swish), None for anything else (a binary op of a tensor and its lookup: the
+    paths meet through an injective take, not followed)."""
     if _composite(expr) != "refcg.lut":
         return None
     from .lut import HOST_TABLE_OPS
     from .ops.lut import Lut
 
     table = Lut.parse(expr.op.body)
-    if table.inner is not None:
+    host = _op_name((table.inner or table).op) in HOST_TABLE_OPS
+    if host and table.inner is not None:
         return None
-    return "host" if _op_name(table.op) in HOST_TABLE_OPS else "kernel"
+    return "host" if host else "kernel"
 
 
 def _results_end(func: relay.Function):

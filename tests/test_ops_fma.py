@@ -15,7 +15,7 @@ from conftest import random_int, slow_params
 from models import module, qconv_block
 from refcodegen import RefcgError, offload_report, partition_for_refcg
 from test_ops_common import NUMERICS, Cases, compare, const, qadd, qparams, requantize_config
-from test_ops_lut import tflite_hardswish
+from test_ops_lut import tflite_hardswish, with_its_table_op
 
 # (target, requantize_config); conv/dense/requantize carry both roundings as attributes,
 # qnn.add/mul follow the config
@@ -279,7 +279,8 @@ def test_a_table_op_in_a_stagewise_conv_kernel_is_computed_as_that_kernel_does(t
     """A depthwise NHWC conv read only by a hard-swish (TFLite form), on an FMA target: TVM-only computes
     the hard-swish in the conv's kernel, every stage rounded apart. Given the target, refcg offloads both
     and computes the table in such a kernel, bit-exact: the identity conv passes every 8-bit value, one of
-    which a table computed in a kernel of its own gets wrong. A hard-swish read by a conv and a qnn.add
+    which a table computed in a kernel of its own gets wrong; so is a swish (EfficientNet's qnn.mul of a
+    tensor and its sigmoid, one table there). A hard-swish read by a conv and a qnn.add
     ends the kernel too (MobileNetV3's squeeze-excite: a mean and a qnn.mul): all offloaded; read by two
     qnn.adds, where the kernel ends is not settled: the conv stays in TVM with them. Without the target
     the build refuses."""
@@ -311,14 +312,18 @@ def test_a_table_op_in_a_stagewise_conv_kernel_is_computed_as_that_kernel_does(t
                                      rounding="UPWARD", input_scale=0.05, output_scale=0.1))
 
     y, z = dw_hardswish(x), dw_hardswish(x)
+    swish = with_its_table_op(qconv_block(x, rng, in_c=16, out_c=16, groups=16, layout="NHWC", per_channel=True,
+                                          rounding="UPWARD", input_scale=0.05, output_scale=0.07), "int8", "qnn.mul",
+                              table_first=False, qnn_form=False)  # EfficientNet's
     pointwise = qconv_block(y, rng, in_c=16, out_c=8, kernel=(1, 1), padding=(0, 0), layout="NHWC",
                             input_scale=s_out, input_zp=zp_out, rounding="UPWARD")
     ends = [pointwise, qadd(y, x, s_out, zp_out, 0.1, 0, 0.2, 3)]
     unsettled = [qadd(z, x, s_out, zp_out, 0.1, 0, 0.2, 3), qadd(z, x, s_out, zp_out, 0.1, 0, 0.3, -2)]
-    report = offload_report(compare(module([x], relay.Tuple(ends + unsettled)), inputs, tmp_path / "more", "float32",
-                                    partition_target=True))
-    assert report.offloaded_ops["qnn.conv2d"] == 2 and report.stayed_ops["qnn.conv2d"] == 1, report
+    report = offload_report(compare(module([x], relay.Tuple(ends + unsettled + [swish])), inputs, tmp_path / "more",
+                                    "float32", partition_target=True))
+    assert report.offloaded_ops["qnn.conv2d"] == 3 and report.stayed_ops["qnn.conv2d"] == 1, report
     assert report.offloaded_ops["qnn.add"] == 1 and report.stayed_ops["qnn.add"] == 2, report
+    assert report.offloaded_ops["qnn.mul"] == 1, report
 
     # the case separates the two kernels: the table of a kernel of its own differs at value 14
     target, config = NUMERICS["float32"]
