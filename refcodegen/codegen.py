@@ -16,10 +16,10 @@ from .build_target import resolve_build_target
 from .emit import core_source, render
 from .errors import RefcgError
 from .ops import COMPILER
-from .partition import TARGET_ATTR
+from .partition import TARGET_ATTR, mark_stagewise_tables
 from .plan import build_plan
 from .scoped_fold import scoped_fold
-from .stagewise import refuse_tangles
+from .stagewise import partition_tables, refuse_tangles
 from .armfuse import keep_boundaries, refuse_tvm_rounding_mates
 
 
@@ -31,6 +31,7 @@ def generate_c(func) -> tuple[str, str]:
     if not (func.attrs and func.attrs.get(TARGET_ATTR)):  # partitioned without target=: the checks could not
         refuse_tvm_rounding_mates(folded, target, symbol)
         refuse_tangles(folded, target, symbol)
+    folded = mark_stagewise_tables(folded, partition_tables(folded, target))
     return symbol, render(build_plan(folded, symbol, target))
 
 

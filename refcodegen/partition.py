@@ -248,6 +248,17 @@ def _keep_stagewise_kernels_together(mod, ctx: CheckContext):
     return _map_composites(mod, keep)
 
 
+def mark_stagewise_tables(func: relay.Function, tables: list) -> relay.Function:
+    """``func`` with the table composite calls ``tables`` marked STAGEWISE_TABLE_ATTR (the codegen: those
+    its partition shows, stagewise.partition_tables)."""
+    if not tables:
+        return func
+    ops = {call.op for call in tables}
+    mod = _map_composites(tvm.IRModule.from_expr(func),
+                          lambda call, _: _with_attr(call, STAGEWISE_TABLE_ATTR, 1) if call.op in ops else call)
+    return mod["main"]
+
+
 def _with_attr(call, key: str, value):
     return relay.Call(call.op.with_attr(key, value), call.args, call.attrs, call.type_args, call.span)
 

@@ -249,6 +249,23 @@ def tangled_composites(main: relay.Function, target, ends=None) -> dict:
     return tangled
 
 
+def _partition_ends(func: relay.Function):
+    """``kernel_tables``' ``ends`` for a partition: a result ends a kernel when main only returns it
+    (armfuse's OUTPUTS_ATTR); what else reads it is not known here."""
+    from .armfuse import OUTPUTS_ATTR  # armfuse imports the ops package
+
+    fields = list(func.body.fields) if isinstance(func.body, relay.Tuple) else [func.body]
+    flags = func.attrs.get(OUTPUTS_ATTR) if func.attrs else None
+    only_returned = [int(flag) == 1 for flag in flags] if flags is not None else [False] * len(fields)
+    return lambda expr: next((end for field, end in zip(fields, only_returned) if expr.same_as(field)), None)
+
+
+def partition_tables(func: relay.Function, target) -> list:
+    """``stagewise_tables`` as far as a partition shows them (the codegen marks them: a partition made
+    without ``target=`` has none marked, one made with it may hold more, settled by the whole graph)."""
+    return [t for _, _, _, tables in _stagewise_kernels(func, target, _partition_ends(func)) for t in tables or []]
+
+
 def refuse_tangles(func: relay.Function, target, symbol: str):
     """For a partition made without ``target=``: raise where ``tangled_composites`` would have left
     composites in TVM, as far as the partition shows it (its own composites; a stagewise conv's result
@@ -257,19 +274,7 @@ def refuse_tangles(func: relay.Function, target, symbol: str):
 
     fields = list(func.body.fields) if isinstance(func.body, relay.Tuple) else [func.body]
     flags = func.attrs.get(OUTPUTS_ATTR) if func.attrs else None
-    # a result ends a kernel when main only returns it; what else reads it is not known here
-    only_returned = [flags is not None and int(flag) == 1 for flag in (flags or fields)]
-
-    def ends(expr):
-        return next((end for field, end in zip(fields, only_returned) if expr.same_as(field)), None)
-
-    unmarked = [t for _, _, _, tables in _stagewise_kernels(func, target, ends) for t in tables or []
-                if not t.op.attrs.get(STAGEWISE_TABLE_ATTR)]
-    if unmarked:
-        raise RefcgError(symbol, "target", "TVM-only computes its table op in a depthwise or grouped conv's kernel "
-                                           "that rounds every stage apart (no FMA contraction); pass target= to "
-                                           "partition_for_refcg to compute the table as that kernel does")
-    if tangled_composites(func, target, ends):
+    if tangled_composites(func, target, _partition_ends(func)):
         raise RefcgError(symbol, "target", "it holds ops that TVM-only computes stage by stage in a depthwise or "
                                            "grouped conv's kernel (no FMA contraction); pass target= to "
                                            "partition_for_refcg to keep them in TVM")

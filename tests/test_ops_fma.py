@@ -283,7 +283,8 @@ def test_a_table_op_in_a_stagewise_conv_kernel_is_computed_as_that_kernel_does(t
     tensor and its sigmoid, one table there). A hard-swish read by a conv and a qnn.add
     ends the kernel too (MobileNetV3's squeeze-excite: a mean and a qnn.mul): all offloaded; read by two
     qnn.adds, where the kernel ends is not settled: the conv stays in TVM with them. Without the target
-    the build refuses."""
+    the codegen computes the table as well (the partition shows where the kernel ends), and refuses the
+    unsettled case."""
     from refcodegen import lut
     from refcodegen.stagewise import STAGEWISE_TABLE_ATTR
 
@@ -302,7 +303,8 @@ def test_a_table_op_in_a_stagewise_conv_kernel_is_computed_as_that_kernel_does(t
     identity = relay.qnn.op.requantize(conv, const(1.0), const(0, "int32"), const(1.0), const(0, "int32"), axis=3,
                                        rounding="UPWARD", compute_dtype="float32")
     inputs = {"x": np.arange(256, dtype="uint8").view("int8").reshape(1, 1, 16, 16)}
-    (tmp_path / "one").mkdir(), (tmp_path / "more").mkdir()
+    for name in ("one", "more", "untold"):
+        (tmp_path / name).mkdir()
     mod = module([x], hardswish(identity))
     report = offload_report(compare(mod, inputs, tmp_path / "one", "float32", partition_target=True))
     assert not report.stayed_ops and report.offloaded_ops["qnn.conv2d"] == 1, report
@@ -334,6 +336,8 @@ def test_a_table_op_in_a_stagewise_conv_kernel_is_computed_as_that_kernel_does(t
         alone = lut.lookup_table(table_op, target)
     assert list(np.nonzero(apart != alone)[0]) == [14], (apart, alone)
 
-    with pytest.raises(RefcgError, match="table op .*stage apart.*pass target="):
+    # without the target the codegen finds that kernel in the partition: the same table
+    compare(mod, inputs, tmp_path / "untold", "float32")
+    with pytest.raises(RefcgError, match="stage by stage.*pass target="):
         with requantize_config(target, config), tvm.transform.PassContext(opt_level=3):
-            relay.build(partition_for_refcg(mod), target=target)
+            relay.build(partition_for_refcg(module([x], relay.Tuple(unsettled))), target=target)
