@@ -181,7 +181,6 @@ def compute_tables(funcs: list, target) -> None:
         if key not in _TABLES:
             pending.setdefault(str(where), {})[key] = (standalone, _scale_input(standalone, func))
     for where, todo in pending.items():
-        keys = list(todo)
         inputs, bodies = {}, []
         for i, (key, (part, scale)) in enumerate(todo.items()):
             stagewise = key[-1]
@@ -201,7 +200,7 @@ def compute_tables(funcs: list, target) -> None:
         for v, value in inputs.items():
             runner.set_input(v.name_hint, tvm.nd.array(value))
         runner.run()
-        for i, key in enumerate(keys):
+        for i, key in enumerate(todo):
             _remember(key, runner.get_output(i).numpy().reshape(256))
 
 

@@ -216,14 +216,12 @@ def _stagewise_kernels(func: relay.Function, target, ends):
         yield node, variant, _region(readers, node), tables
 
 
-def stagewise_tables(main: relay.Function, target) -> list:
-    """The table composite calls of ``main`` TVM-only computes in a stagewise conv's kernel, as that
+def stagewise_tables(func: relay.Function, target, ends=None) -> list:
+    """The table composite calls of ``func`` TVM-only computes in a stagewise conv's kernel, as that
     kernel rounds (every stage apart): lut.py computes their tables in such a kernel
-    (STAGEWISE_TABLE_ATTR)."""
-    found = []
-    for _, _, _, tables in _stagewise_kernels(main, target, _results_end(main)):
-        found += tables or []
-    return found
+    (STAGEWISE_TABLE_ATTR). ``ends``: see ``kernel_tables`` (default: ``func`` is main)."""
+    kernels = _stagewise_kernels(func, target, ends or _results_end(func))
+    return [table for _, _, _, tables in kernels for table in tables or []]
 
 
 def tangled_composites(main: relay.Function, target, ends=None) -> dict:
@@ -263,7 +261,7 @@ def _partition_ends(func: relay.Function):
 def partition_tables(func: relay.Function, target) -> list:
     """``stagewise_tables`` as far as a partition shows them (the codegen marks them: a partition made
     without ``target=`` has none marked, one made with it may hold more, settled by the whole graph)."""
-    return [t for _, _, _, tables in _stagewise_kernels(func, target, _partition_ends(func)) for t in tables or []]
+    return stagewise_tables(func, target, _partition_ends(func))
 
 
 def refuse_tangles(func: relay.Function, target, symbol: str):

@@ -146,12 +146,15 @@ class Lut:
         """Elementwise over the flat tensor: any layout its input and output share."""
         return list(src_perms) == [dst_perm]
 
+    def one_table(self, func: relay.Function) -> bool:
+        """Whether the composite ``func`` is one table: no binary root, or in a stagewise conv's kernel
+        (refcodegen/lut.py builds the whole function in such a kernel)."""
+        return self.inner is None or tables.in_stagewise_kernel(func)
+
     def table_function(self, func: relay.Function) -> relay.Function:
-        """The function of the composite ``func`` whose table TVM computes: a binary root's table op, but in
-        a stagewise conv's kernel the whole function (refcodegen/lut.py builds it in such a kernel)."""
-        if self.inner is None or tables.in_stagewise_kernel(func):
-            return func
-        return relay.Function(func.params, self.inner.root)
+        """The function of the composite ``func`` whose table TVM computes: itself when ``one_table``,
+        else its binary root's table op."""
+        return func if self.one_table(func) else relay.Function(func.params, self.inner.root)
 
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
         reason = self._rounding_reason(target)  # partitioned without target=
@@ -162,7 +165,7 @@ class Lut:
         table = tables.lookup_table(self.table_function(func), target)
         values = {"size": prod(dst.shape), "ops": " -> ".join(ops), "table": table}
         # the kernels take the table as a pointer to its first entry
-        if self.inner is None or tables.in_stagewise_kernel(func):
+        if self.one_table(func):
             return Step(name, NAME, srcs[:1], dst, values, [Call("refcg_lut", ["params", "table[0]"], srcs[:1], dst)])
         values["binary"], values["table_first"] = self._on_every_value(name, target, dst)
         return Step(name, NAME, srcs[:1], dst, values,
