@@ -57,6 +57,7 @@ class ConvFast:
     dw_corr_s8: np.ndarray | None = None
     dw_pairs: np.ndarray | None = None  # int16, refcg_dw_pair_weights' layout
     dw_quads: np.ndarray | None = None  # int8, refcg_dw_quad_weights' layout (square 3x3 and 5x5 only)
+    winograd: bool = False  # the library gives the conv a refcg_wino_cache (winograd_ok)
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -144,6 +145,19 @@ def pack_gemm_weights(weight_nk: np.ndarray, kernel_zp: int, input_zp: int, in_d
     return _block_gemm(folded, bias, input_zp, in_dtype)
 
 
+# refcg_wino_job (runtime/refcg_fast_internal.h): 4 y = A^T (U . V) A with |V| <= 4 * 255 and |U| <= 9 * 128
+# is exact in int32 while 4 * 9 * 255 * 128 * cp < 2^31
+WINOGRAD_MAX_CP = 1824
+
+
+def winograd_ok(params: dict, cp: int) -> bool:
+    """A groups == 1 conv the C core may run as Winograd F(2x2, 3x3) exactly: 3x3, stride 1, no dilation,
+    whole 16-channel vectors, and every sum of its transformed domain within int32."""
+    return (params["groups"] == 1 and (params["kernel_h"], params["kernel_w"]) == (3, 3)
+            and (params["stride_h"], params["stride_w"], params["dilation_h"], params["dilation_w"]) == (1, 1, 1, 1)
+            and cp % 16 == 0 and cp <= WINOGRAD_MAX_CP)
+
+
 def pack_conv2d_fast(ohwi: np.ndarray, params: dict, in_dtype: str, bias: np.ndarray | None) -> ConvFast | None:
     """Data for ``refcg_conv2d`` from the reference packing [O][KH][KW][I/groups] and the conv params.
 
@@ -164,7 +178,7 @@ def pack_conv2d_fast(ohwi: np.ndarray, params: dict, in_dtype: str, bias: np.nda
         taps = np.zeros((out_c, kh, kw, cp), np.int8)
         taps[..., :cin_g] = folded
         gemm = _block_gemm(taps.reshape(out_c, -1), bias, params["input_zp"], in_dtype)
-        return ConvFast("REFCG_FAST_GEMM", cp, gemm=gemm)
+        return ConvFast("REFCG_FAST_GEMM", cp, gemm=gemm, winograd=winograd_ok(params, cp))
     if groups == params["in_c"] and cin_g == 1:  # channel multiplier out_c / in_c
         cp = _round_up(out_c, 16)
         dw = np.zeros((kh * kw, cp), np.int16)

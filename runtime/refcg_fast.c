@@ -36,7 +36,7 @@ static const refcg_isa_config refcg_isa_scalar = {
     .features = "",
     .supported = refcg_cpu_any,
     .signed_domain = 0,
-    .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL, .flips = 0},
+    .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL, .flips = 0, .wino = NULL},
     .dw = {.rows = refcg_dw_portable, .planes = NULL, .pairs = 0, .quads = 0, .qmax = 0},
     .binary_rows = NULL,
     .pool = NULL,
@@ -391,6 +391,61 @@ static int refcg_conv2d_planes(const refcg_isa_config* isa, const refcg_conv2d_p
   return 0;
 }
 
+/* Winograd weights U = G' g G'^T (G' = 2G) from the packed GEMM weights (k = (kh * 3 + kw) * cp + c),
+ * laid out [16][nb][cp / 2][16][2] (refcg_wino_job.u); channels past n are the packing's zeros. */
+static void refcg_wino_weights(const refcg_gemm_weights* g, int32_t cp, int32_t n, int16_t* u) {
+  static const int8_t g2[4][3] = {{2, 0, 0}, {1, 1, 1}, {1, -1, 1}, {0, 0, 2}};
+  const int32_t nb = (n + 15) / 16;
+  for (int32_t o = 0; o < nb * 16; ++o)
+    for (int32_t c = 0; c < cp; ++c) {
+      int32_t w[3][3], gw[4][3];
+      for (int32_t t = 0; t < 9; ++t) {
+        const int64_t k = (int64_t)t * cp + c;
+        w[t / 3][t % 3] = g->w[((int64_t)(o / 16) * (g->kp / 4) + k / 4) * 64 + (o % 16) * 4 + k % 4];
+      }
+      for (int i = 0; i < 4; ++i)
+        for (int b = 0; b < 3; ++b) gw[i][b] = g2[i][0] * w[0][b] + g2[i][1] * w[1][b] + g2[i][2] * w[2][b];
+      for (int i = 0; i < 4; ++i)
+        for (int q = 0; q < 4; ++q)
+          u[(((int64_t)(4 * i + q) * nb + o / 16) * (cp / 2) + c / 2) * 32 + (o % 16) * 2 + c % 2] =
+              (int16_t)(gw[i][0] * g2[q][0] + gw[i][1] * g2[q][1] + gw[i][2] * g2[q][2]);
+    }
+}
+
+/* f's Winograd weights, built at the first call (NULL: no memory; the caller runs the GEMM). */
+static const int16_t* refcg_wino_weights_of(const refcg_conv2d_fast* f, int32_t n) {
+  void* u = __atomic_load_n(&f->wino->w, __ATOMIC_ACQUIRE);
+  if (u) return (const int16_t*)u;
+  int16_t* built = (int16_t*)malloc((size_t)16 * ((n + 15) / 16 * 16) * f->cp * sizeof(int16_t));
+  if (!built) return NULL;
+  refcg_wino_weights(&f->gemm, f->cp, n, built);
+  void* expected = NULL;
+  if (__atomic_compare_exchange_n(&f->wino->w, &expected, (void*)built, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return built;
+  free(built); /* another call built them first */
+  return (const int16_t*)expected;
+}
+
+static inline int refcg_wino_usable(const refcg_isa_config* isa, const refcg_conv2d_params* p, const refcg_conv2d_fast* f) {
+  return isa->gemm.wino && f->wino && f->kind == REFCG_FAST_GEMM && p->kernel_h == 3 && p->kernel_w == 3 &&
+         p->stride_h == 1 && p->stride_w == 1 && p->dilation_h == 1 && p->dilation_w == 1 && f->cp % 16 == 0 &&
+         f->cp <= REFCG_WINO_MAX_CP && f->gemm.kp == 9 * f->cp;
+}
+
+/* Tile blocks whose V (16 x tb x cp int16) stays within 256 KB (half of a Zen 2 L2), an even count of them (2 threads);
+ * under 4 blocks, channel groups split them further. Returns the task count. */
+static int64_t refcg_wino_plan(refcg_wino_job* j) {
+  const int64_t tiles = (int64_t)j->th * j->tw, most = 8192 / j->cp > 0 ? 8192 / j->cp : 1;
+  int64_t blocks = (tiles + most - 1) / most;
+  blocks += blocks > 1 && blocks % 2;
+  j->tb = (int32_t)((tiles + blocks - 1) / blocks);
+  blocks = (tiles + j->tb - 1) / j->tb;
+  const int64_t want = blocks >= 4 ? 1 : (4 + blocks - 1) / blocks;
+  j->gb = (int32_t)((j->nb + want - 1) / want);
+  j->ngroups = (j->nb + j->gb - 1) / j->gb;
+  return blocks * j->ngroups;
+}
+
 /* A depthwise conv's padded copy and rows in one phase: each task pads the input rows its output
  * rows read into a buffer of its own, then runs them. No barrier between a pad and a rows phase, and
  * a task's rows are padded by the thread that reads them (on 2 threads the separate pad phase took
@@ -436,9 +491,14 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
       p->stride_w == 1 && p->out_h == p->in_h && p->out_w == p->in_w && p->pad_top == 0 && p->pad_left == 0 &&
       refcg_planar(p->in_stride, p->in_h, p->in_w) && refcg_planar(p->out_stride, p->out_h, p->out_w))
     return refcg_conv2d_planes(isa, p, k, f, input, output);
-  const int32_t hp = refcg_padded_extent(p->in_h, p->pad_top, p->out_h, p->stride_h, p->kernel_h, p->dilation_h);
-  const int32_t wp = refcg_padded_extent(p->in_w, p->pad_left, p->out_w, p->stride_w, p->kernel_w, p->dilation_w);
+  int32_t hp = refcg_padded_extent(p->in_h, p->pad_top, p->out_h, p->stride_h, p->kernel_h, p->dilation_h);
+  int32_t wp = refcg_padded_extent(p->in_w, p->pad_left, p->out_w, p->stride_w, p->kernel_w, p->dilation_w);
   const int32_t cp = f->cp;
+  /* Winograd: whole 4x4 patches of every 2x2 output tile */
+  const int16_t* wino_u = refcg_wino_usable(isa, p, f) ? refcg_wino_weights_of(f, p->out_c) : NULL;
+  const int32_t th = (p->out_h + 1) / 2, tw = (p->out_w + 1) / 2;
+  if (wino_u && hp < 2 * th + 2) hp = 2 * th + 2;
+  if (wino_u && wp < 2 * tw + 2) wp = 2 * tw + 2;
   const int in_signed = p->in_dtype == REFCG_S8;
   const uint8_t flip = in_signed == isa->signed_domain ? 0 : 0x80;
   const int depthwise = f->kind == REFCG_FAST_DEPTHWISE;
@@ -533,10 +593,21 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
                               unpack ? p->out_c : p->out_stride[2], f->gemm.pair_safe, in_place ? flip * 0x01010101u : 0};
     const int64_t nblocks = (p->out_c + 15) / 16, ngroups = (nblocks + isa->gemm.nv - 1) / isa->gemm.nv;
     const refcg_unpack_job uj = {rows, (uint8_t*)out, p->out_w, p->out_c, p->out_stride[1], p->out_stride[3]};
-    const refcg_par_task phases[] = {{refcg_pad_rows, &pj, hp},
-                                     {isa->gemm.tiles, &j, (j.m + isa->gemm.mr - 1) / isa->gemm.mr * ngroups},
-                                     {refcg_unpack_rows, &uj, p->out_h}};
+    int failed = 0;
+    refcg_wino_job wj = {x, wp, cp, (int32_t)nblocks, th, tw, p->out_h, p->out_w, 0, 0, 0, wino_u, &j, &failed};
+    refcg_par_task phases[] = {{refcg_pad_rows, &pj, hp},
+                               {isa->gemm.tiles, &j, (j.m + isa->gemm.mr - 1) / isa->gemm.mr * ngroups},
+                               {refcg_unpack_rows, &uj, p->out_h}};
+    if (wino_u) {
+      phases[1].fn = isa->gemm.wino;
+      phases[1].ctx = &wj;
+      phases[1].total = refcg_wino_plan(&wj);
+    }
     refcg_parallel_phases(phases + in_place, (unpack ? 3 : 2) - in_place);
+    if (failed) {
+      rc = -2;
+      break;
+    }
   }
   if (wquad_built) refcg_ws_free(wquad_built); /* last in, first out */
   if (wpair_built) refcg_ws_free(wpair_built);

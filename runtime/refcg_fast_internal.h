@@ -129,6 +129,24 @@ typedef struct {
 #define REFCG_GEMMP_MR 6  /* tile grid the job is split on: output channels ... */
 #define REFCG_GEMMP_PX 64 /* ... x pixels */
 
+/* Winograd F(2x2, 3x3) over the padded NHWC domain copy of a 3x3 stride-1 conv: each tile of 2x2
+ * outputs reads a 4x4 input patch d, V = B^T d B (int16: |V| <= 4 * 255), U = G' g G'^T with G' = 2G
+ * (int16: |U| <= 9 * 128), M = sum_c U V in wrapping int32 (vpmaddwd), 4 y = A^T M A exact when
+ * 4 * 9 * 255 * 128 * cp < 2^31 (REFCG_WINO_MAX_CP), y = (4 y) >> 2, then the GEMM's epilogue (corr,
+ * requantize). 16 GEMMs of (tiles x cp) x (cp x n): 2.25x fewer multiplies than the direct conv.
+ * Tasks: blocks of tb tiles (row-major over th x tw) x groups of gb 16-channel blocks. */
+#define REFCG_WINO_MAX_CP 1824
+typedef struct {
+  const uint8_t* a;        /* [hp][wp][cp], hp >= 2 th + 2, wp >= 2 tw + 2 */
+  int64_t wp;
+  int32_t cp, nb;          /* channels per pixel (a multiple of 16), 16-channel blocks of output */
+  int32_t th, tw, out_h, out_w;
+  int32_t tb, gb, ngroups; /* tiles per block, blocks per channel group, groups */
+  const int16_t* u;        /* refcg_wino_weights: [16][nb][cp / 2][16][2] */
+  const refcg_gemm_job* gemm; /* the conv as a GEMM: its epilogue and output strides (n, epi, o_row_*) */
+  int* failed;             /* set when a task's buffer could not be allocated */
+} refcg_wino_job;
+
 REFCG_INLINE const uint8_t* refcg_job_row(const refcg_gemm_job* j, int32_t i) {
   return j->a + (int64_t)(i / j->cols) * j->a_row_h + (int64_t)(i % j->cols) * j->a_row_w;
 }
@@ -1105,6 +1123,7 @@ typedef struct {
   refcg_range_fn tiles;        /* NHWC tiles over refcg_gemm_job */
   refcg_range_fn planes;       /* 1x1 conv on planar layouts, refcg_gemmp_job (NULL: the NHWC GEMM) */
   int32_t flips;               /* tiles apply refcg_gemm_job.flip4: an input of the other dtype is read in place */
+  refcg_range_fn wino;         /* 3x3 stride-1 convs, refcg_wino_job tasks (NULL: the GEMM tiles) */
 } refcg_gemm_config;
 
 typedef struct {

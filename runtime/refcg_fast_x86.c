@@ -818,6 +818,137 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
   }
 }
 
+/* ---- Winograd F(2x2, 3x3) (refcg_wino_job) ---- */
+#define REFCG_WINO_MR 6 /* tiles per GEMM step: 6 x 2 accumulators, 2 weight vectors and the broadcast */
+
+/* V = B^T d B of tiles [i0, i0 + nt) into v [16][nt][cp], 16 channels at a time (d widened to int16). */
+static void refcg_wino_in_avx2(const refcg_wino_job* j, int64_t i0, int32_t nt, int16_t* v) {
+  const int64_t cp = j->cp, plane = (int64_t)nt * cp, wp = j->wp;
+  for (int32_t t = 0; t < nt; ++t) {
+    const int64_t ty = (i0 + t) / j->tw, tx = (i0 + t) % j->tw;
+    const uint8_t* base = j->a + (2 * ty * wp + 2 * tx) * cp;
+    for (int64_t c = 0; c < cp; c += 16) {
+      __m256i e[4][4]; /* B^T d */
+      for (int s = 0; s < 4; ++s) {
+        __m256i d[4];
+        for (int r = 0; r < 4; ++r)
+          d[r] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(base + (r * wp + s) * cp + c)));
+        e[0][s] = _mm256_sub_epi16(d[0], d[2]);
+        e[1][s] = _mm256_add_epi16(d[1], d[2]);
+        e[2][s] = _mm256_sub_epi16(d[2], d[1]);
+        e[3][s] = _mm256_sub_epi16(d[1], d[3]);
+      }
+      for (int r = 0; r < 4; ++r) { /* (B^T d) B: xi = 4 r + q */
+        int16_t* o = v + 4 * r * plane + t * cp + c;
+        _mm256_storeu_si256((__m256i*)o, _mm256_sub_epi16(e[r][0], e[r][2]));
+        _mm256_storeu_si256((__m256i*)(o + plane), _mm256_add_epi16(e[r][1], e[r][2]));
+        _mm256_storeu_si256((__m256i*)(o + 2 * plane), _mm256_sub_epi16(e[r][2], e[r][1]));
+        _mm256_storeu_si256((__m256i*)(o + 3 * plane), _mm256_sub_epi16(e[r][1], e[r][3]));
+      }
+    }
+  }
+}
+
+/* m [MR][16] = MR rows of v (cp int16 each) x one channel block of u ([cp / 2][16][2]): per channel
+ * pair one broadcast and two vpmaddwd of 8 channels. */
+REFCG_INLINE void refcg_wino_gemm_avx2(const int16_t* v, int64_t cp, const int16_t* u, int32_t* m, const int MR) {
+  __m256i acc[REFCG_WINO_MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  for (int64_t c = 0; c < cp; c += 2, u += 32) {
+    const __m256i w0 = _mm256_loadu_si256((const __m256i*)u), w1 = _mm256_loadu_si256((const __m256i*)(u + 16));
+    for (int r = 0; r < MR; ++r) {
+      const __m256i a = _mm256_set1_epi32(refcg_load_i32((const uint8_t*)(v + r * cp + c)));
+      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(a, w0));
+      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(a, w1));
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm256_storeu_si256((__m256i*)(m + 16 * r), acc[r][0]);
+    _mm256_storeu_si256((__m256i*)(m + 16 * r + 8), acc[r][1]);
+  }
+}
+#define REFCG_WINO_GEMM_AVX2(MR) \
+  static __attribute__((noinline)) void refcg_wino_gemm##MR##_avx2(const int16_t* v, int64_t cp, const int16_t* u, int32_t* m) { \
+    refcg_wino_gemm_avx2(v, cp, u, m, MR);                                                                               \
+  }
+REFCG_WINO_GEMM_AVX2(1)
+REFCG_WINO_GEMM_AVX2(2)
+REFCG_WINO_GEMM_AVX2(3)
+REFCG_WINO_GEMM_AVX2(4)
+REFCG_WINO_GEMM_AVX2(5)
+REFCG_WINO_GEMM_AVX2(6)
+#undef REFCG_WINO_GEMM_AVX2
+static void (*const refcg_wino_gemm_by_rows_avx2[REFCG_WINO_MR + 1])(const int16_t*, int64_t, const int16_t*, int32_t*) = {
+    NULL, refcg_wino_gemm1_avx2, refcg_wino_gemm2_avx2, refcg_wino_gemm3_avx2,
+    refcg_wino_gemm4_avx2, refcg_wino_gemm5_avx2, refcg_wino_gemm6_avx2};
+
+/* y = (A^T M A) >> 2 of nt tiles (m [16][nt][16] int32, channel block nbk) through the GEMM's epilogue. */
+static void refcg_wino_out_avx2(const refcg_wino_job* j, const int32_t* m, int32_t nt, int64_t i0, int32_t nbk) {
+  refcg_blk_avx2 b;
+  refcg_blk_init_avx2(j->gemm, nbk, &b);
+  for (int32_t t = 0; t < nt; ++t) {
+    __m256i y[4][2]; /* pixels (0, 0), (0, 1), (1, 0), (1, 1) x channels 0-7, 8-15 */
+    for (int h = 0; h < 2; ++h) {
+      __m256i s[2][4]; /* A^T M */
+      for (int q = 0; q < 4; ++q) {
+        __m256i x[4];
+        for (int r = 0; r < 4; ++r) x[r] = _mm256_loadu_si256((const __m256i*)(m + ((int64_t)(4 * r + q) * nt + t) * 16 + 8 * h));
+        s[0][q] = _mm256_add_epi32(_mm256_add_epi32(x[0], x[1]), x[2]);
+        s[1][q] = _mm256_sub_epi32(_mm256_sub_epi32(x[1], x[2]), x[3]);
+      }
+      for (int i = 0; i < 2; ++i) { /* (A^T M) A: exact multiples of 4 */
+        y[2 * i][h] = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(s[i][0], s[i][1]), s[i][2]), 2);
+        y[2 * i + 1][h] = _mm256_srai_epi32(_mm256_sub_epi32(_mm256_sub_epi32(s[i][1], s[i][2]), s[i][3]), 2);
+      }
+    }
+    const int64_t oy = 2 * ((i0 + t) / j->tw), ox = 2 * ((i0 + t) % j->tw);
+    __m256i sum[4][2];
+    int64_t out_off[4];
+    int32_t rows = 0;
+    for (int p = 0; p < 4; ++p) {
+      if (oy + p / 2 >= j->out_h || ox + p % 2 >= j->out_w) continue; /* past an odd edge */
+      sum[rows][0] = y[p][0];
+      sum[rows][1] = y[p][1];
+      out_off[rows++] = (oy + p / 2) * j->gemm->o_row_h + (ox + p % 2) * j->gemm->o_row_w;
+    }
+    refcg_tile_sums_epi_avx2(j->gemm, &b, out_off, sum, rows);
+  }
+}
+
+/* Tasks [t0, t1): task t is tile block t / ngroups, channel group t % ngroups. A block's input
+ * transform is kept for the task's next group. */
+static void refcg_wino_avx2(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_wino_job* j = (const refcg_wino_job*)ctx;
+  const int64_t tiles = (int64_t)j->th * j->tw, cp = j->cp;
+  int16_t* v = (int16_t*)refcg_ws_alloc((size_t)16 * j->tb * (cp * sizeof(int16_t) + 16 * sizeof(int32_t)) + 64);
+  if (!v) {
+    __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  int32_t* m = (int32_t*)(v + (int64_t)16 * j->tb * cp);
+  int64_t have = -1; /* the tile block v holds */
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t blk = t / j->ngroups, i0 = blk * j->tb;
+    const int32_t nt = (int32_t)(tiles - i0 < j->tb ? tiles - i0 : j->tb);
+    if (blk != have) refcg_wino_in_avx2(j, i0, nt, v);
+    have = blk;
+    const int32_t b0 = (int32_t)(t % j->ngroups) * j->gb, b1 = b0 + j->gb < j->nb ? b0 + j->gb : j->nb;
+    for (int32_t nbk = b0; nbk < b1; ++nbk) {
+      for (int xi = 0; xi < 16; ++xi) {
+        const int16_t* vx = v + (int64_t)xi * nt * cp;
+        const int16_t* ux = j->u + ((int64_t)xi * j->nb + nbk) * cp * 16;
+        int32_t* mx = m + (int64_t)xi * nt * 16;
+        for (int32_t r = 0; r < nt; r += REFCG_WINO_MR) {
+          const int32_t rows = nt - r < REFCG_WINO_MR ? nt - r : REFCG_WINO_MR;
+          refcg_wino_gemm_by_rows_avx2[rows](vx + (int64_t)r * cp, cp, ux, mx + 16 * r);
+        }
+      }
+      refcg_wino_out_avx2(j, m, nt, i0, nbk);
+    }
+  }
+  refcg_ws_free(v);
+}
+
 /* Tap pairs (refcg_dw_pair_weights): per pair, both taps' 16 channels widened to int16 and
  * interleaved, two vpmaddwd of 8 channels x 2 taps each (uint8 x int16 products: exact in int32). */
 REFCG_INLINE void refcg_dw16_avx2(const refcg_dw_job* j, const uint8_t* base, int32_t c0, int32_t* acc) {
@@ -2699,7 +2830,7 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .features = "avx512f avx512bw avx512vl avx512dq avx512vnni",
     .supported = refcg_cpu_avx512vnni,
     .signed_domain = 0,
-    .gemm = {.mr = REFCG_X512_MR, .nv = REFCG_X512_NV, .tiles = refcg_tiles_avx512vnni, .planes = refcg_gemmp_avx512, .flips = 1},
+    .gemm = {.mr = REFCG_X512_MR, .nv = REFCG_X512_NV, .tiles = refcg_tiles_avx512vnni, .planes = refcg_gemmp_avx512, .flips = 1, .wino = NULL},
     .dw = {.rows = refcg_dw_avx512, .planes = refcg_dwp_avx512, .pairs = 0, .quads = 1, .qmax = 4},
     .binary_rows = refcg_bin_avx512,
     .pool = refcg_pool_avx512,
@@ -2715,7 +2846,7 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .features = "avx2 fma avxvnni",
     .supported = refcg_cpu_avxvnni,
     .signed_domain = 0,
-    .gemm = {.mr = 6, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL, .flips = 0},
+    .gemm = {.mr = 6, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL, .flips = 0, .wino = NULL},
     .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avxvnni, .pairs = 1, .quads = 0, .qmax = 4},
     .binary_rows = refcg_bin_avx2,
     .pool = refcg_pool_avx2,
@@ -2731,7 +2862,8 @@ const refcg_isa_config refcg_isa_avx2 = {
     .features = "avx2 fma",
     .supported = refcg_cpu_avx2,
     .signed_domain = 0,
-    .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avx2, .planes = NULL, .flips = 0},
+    .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avx2, .planes = NULL, .flips = 0,
+             .wino = refcg_wino_avx2},
     .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avx2, .pairs = 1, .quads = 0, .qmax = 2},
     .binary_rows = refcg_bin_avx2,
     .pool = refcg_pool_avx2,

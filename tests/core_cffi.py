@@ -140,6 +140,10 @@ class Core:
         s.kind, s.cp = getattr(self.lib, f.kind), f.cp
         if f.gemm is not None:
             s.gemm = self.gemm_weights(f.gemm)[0]
+        if f.winograd:
+            cache = self.ffi.new("refcg_wino_cache*")  # its weights: malloc'd once, not freed (as in a library)
+            s.wino = cache
+            self._keep.append(cache)
         if f.dw_w is not None:
             s.dw_w = self.ptr(f.dw_w, "int16_t*")
             s.dw_corr_u8 = self.ptr(f.dw_corr_u8, "int32_t*")

@@ -99,6 +99,11 @@ SHAPES = [
     # its last block of 8 channels in six-row tiles, as 800->24's (K in two chunks of widened weights)
     (64, 104, (7, 7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (800, 24, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    # 3x3 stride 1 over whole 16-channel vectors (AVX2: Winograd F(2x2, 3x3)): odd output sides (a last
+    # tile of 1 row / column) and a last block of 1 channel, uneven padding, an unpadded input read in place
+    (16, 17, (9, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    (32, 40, (6, 7), (3, 3), (1, 1), (0, 1, 2, 1), (1, 1), 1),
+    (48, 16, (8, 8), (3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (33, 33, (9, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "dw"),
     (21, 21, (10, 13), (5, 3), (2, 2), (2, 1, 2, 1), (1, 2), "dw"),
 ]
@@ -757,6 +762,49 @@ def test_avx2_runs_vpmaddubsw_where_proven(core):
             assert (got[0, 20] != want[0, 20]) == (flags == [1, 1]), flags
     finally:
         core.use(None)
+
+
+def wino_built(core, conv) -> bool:
+    """Whether the conv's Winograd weights were built (refcg_wino_cache.w): it ran as Winograd."""
+    return conv.f.wino != core.ffi.NULL and conv.f.wino.w != core.ffi.NULL
+
+
+def test_winograd_runs_where_eligible(core, isa):
+    """3x3 stride-1 GEMM convs have a Winograd cache; AVX2 runs them there (building the weights at the
+    first call), other variants never; a task's buffer that cannot be allocated: -2, not a wrong answer."""
+    from refcodegen.packing import winograd_ok
+
+    rng = np.random.default_rng(21)
+    x = full_range(rng, (1, 10, 9, 32), "uint8")
+    weight = full_range(rng, (24, 3, 3, 32), "int8")
+    common = dict(in_shape=x.shape, layout="NHWC", weight_ohwi=weight, padding=(1, 1, 1, 1), in_dtype="uint8",
+                  input_zp=9, out_dtype="int32", requant=no_requantize())
+    conv, strided = Conv2D(core, **common), Conv2D(core, strides=(2, 1), **common)
+    assert conv.fast_data.winograd and not strided.fast_data.winograd and strided.f.wino == core.ffi.NULL
+    assert not Conv2D(core, **dict(common, in_shape=(1, 10, 9, 20), weight_ohwi=weight[..., :20])).fast_data.winograd
+    base = dict(groups=1, kernel_h=3, kernel_w=3, stride_h=1, stride_w=1, dilation_h=1, dilation_w=1)
+    assert winograd_ok(base, 1824) and not winograd_ok(base, 1840) and not winograd_ok(dict(base, dilation_w=2), 16)
+    want = numpy_conv_nhwc(x, weight, 9, 0, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert np.array_equal(split_run(core, lambda: conv.run(x)), want) and wino_built(core, conv) == (isa == "avx2")
+    if isa == "avx2":
+        core.fail_alloc(2)  # the padded copy, then the first task's transform buffer
+        with pytest.raises(RuntimeError, match="returned -2"):
+            split_run(core, lambda: conv.run(x))
+        assert core.fail_alloc(0) >= 2
+
+
+@pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
+def test_winograd_sums_at_the_int32_bound(core, isa, in_dtype):
+    """cp = 1824, the most winograd_ok allows: domain bytes 255 (int8 127) and weights -128 everywhere, so
+    every tile's 4 y = 4 * 9 * 1824 * 255 * -128 is 4.3 million above -2^31; exact against numpy."""
+    x = np.full((1, 4, 5, 1824), np.iinfo(in_dtype).max, in_dtype)
+    weight = np.full((16, 3, 3, 1824), -128, np.int8)
+    izp = int(np.iinfo(in_dtype).max) - 1
+    conv = Conv2D(core, in_shape=x.shape, layout="NHWC", weight_ohwi=weight, padding=(1, 1, 1, 1), in_dtype=in_dtype,
+                  input_zp=izp, out_dtype="int32", requant=no_requantize())
+    assert conv.fast_data.winograd
+    want = numpy_conv_nhwc(x, weight, izp, 0, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert np.array_equal(conv.run(x), want) and wino_built(core, conv) == (isa == "avx2")
 
 
 def test_kernel_zero_point_folding_and_fallback(core, isa):

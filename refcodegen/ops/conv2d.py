@@ -217,6 +217,7 @@ class Conv2D:
             "weight": packed if gemm is None else None,
             "gemm": gemm, "depthwise": fast if fast is not None and gemm is None else None,
             "fast_kind": fast.kind if fast is not None else "REFCG_FAST_NONE", "fast_cp": fast.cp if fast else 0,
+            "winograd": fast is not None and fast.winograd,
         }
         return Step(name, NAME, [src], dst, values,
                     [Call("refcg_conv2d", ["params", "consts", "fast"], [src], dst)])

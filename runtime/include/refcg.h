@@ -275,6 +275,14 @@ typedef struct {
                                it on the uint8 x int8 path (packing.pairs_fit_int16); NULL: none */
 } refcg_gemm_weights;
 
+/* Weights of a conv in the Winograd F(2x2, 3x3) domain (refcg_wino_weights), built from the packed
+ * GEMM weights at the first call that runs the Winograd kernels and kept for the library's lifetime:
+ * 16/9 x 2 bytes per weight are too much constant data to emit (ResNet-18: +34 MB). The library
+ * defines one zero-initialized cache per eligible conv. */
+typedef struct {
+  void* w; /* NULL until built; set once (atomically), never freed */
+} refcg_wino_cache;
+
 /* Extra compile-time data of one conv for the accelerated kernels. */
 enum { REFCG_FAST_NONE = 0, REFCG_FAST_GEMM = 1, REFCG_FAST_DEPTHWISE = 2 };
 typedef struct {
@@ -288,6 +296,9 @@ typedef struct {
    * time by refcodegen.packing; NULL: refcg_conv2d builds them from dw_w on every call. */
   const int16_t* dw_pairs; /* tap pairs (refcg_dw_pair_weights): AVX2, AVX-VNNI */
   const int8_t* dw_quads;  /* row quads of a 3x3 or 5x5 kernel (refcg_dw_quad_weights): AVX-512 */
+  /* GEMM 3x3 stride-1 convs whose Winograd sums provably fit int32 (refcodegen.packing.winograd_ok):
+   * the variants with Winograd kernels (AVX2) run them there; NULL: never */
+  refcg_wino_cache* wino;
 } refcg_conv2d_fast;
 
 /* Conv through the best kernel for this CPU; the reference when f is NULL, f->kind is
