@@ -426,14 +426,15 @@ static const int16_t* refcg_wino_weights_of(const refcg_conv2d_fast* f, int32_t 
   return (const int16_t*)expected;
 }
 
-static inline int refcg_wino_usable(const refcg_isa_config* isa, const refcg_conv2d_params* p, const refcg_conv2d_fast* f) {
+static inline int refcg_wino_usable(const refcg_isa_config* isa, const refcg_conv2d_params* p,
+                                     const refcg_conv2d_fast* f) {
   return isa->gemm.wino && f->wino && f->kind == REFCG_FAST_GEMM && p->kernel_h == 3 && p->kernel_w == 3 &&
          p->stride_h == 1 && p->stride_w == 1 && p->dilation_h == 1 && p->dilation_w == 1 && f->cp % 16 == 0 &&
          f->cp <= REFCG_WINO_MAX_CP && f->gemm.kp == 9 * f->cp;
 }
 
-/* Tile blocks whose V (16 x tb x cp int16) stays within 256 KB (half of a Zen 2 L2), an even count of them (2 threads);
- * under 4 blocks, channel groups split them further. Returns the task count. */
+/* Tile blocks whose V (16 x tb x cp int16) stays within 256 KB (half of a Zen 2 L2), an even count of
+ * them (2 threads); under 4 blocks, channel groups split them further. Returns the task count. */
 static int64_t refcg_wino_plan(refcg_wino_job* j) {
   const int64_t tiles = (int64_t)j->th * j->tw, most = 8192 / j->cp > 0 ? 8192 / j->cp : 1;
   int64_t blocks = (tiles + most - 1) / most;

@@ -867,20 +867,21 @@ REFCG_INLINE void refcg_wino_gemm_avx2(const int16_t* v, int64_t cp, const int16
     _mm256_storeu_si256((__m256i*)(m + 16 * r + 8), acc[r][1]);
   }
 }
-#define REFCG_WINO_GEMM_AVX2(MR) \
-  static __attribute__((noinline)) void refcg_wino_gemm##MR##_avx2(const int16_t* v, int64_t cp, const int16_t* u, int32_t* m) { \
-    refcg_wino_gemm_avx2(v, cp, u, m, MR);                                                                               \
-  }
-REFCG_WINO_GEMM_AVX2(1)
-REFCG_WINO_GEMM_AVX2(2)
-REFCG_WINO_GEMM_AVX2(3)
-REFCG_WINO_GEMM_AVX2(4)
-REFCG_WINO_GEMM_AVX2(5)
-REFCG_WINO_GEMM_AVX2(6)
-#undef REFCG_WINO_GEMM_AVX2
-static void (*const refcg_wino_gemm_by_rows_avx2[REFCG_WINO_MR + 1])(const int16_t*, int64_t, const int16_t*, int32_t*) = {
-    NULL, refcg_wino_gemm1_avx2, refcg_wino_gemm2_avx2, refcg_wino_gemm3_avx2,
-    refcg_wino_gemm4_avx2, refcg_wino_gemm5_avx2, refcg_wino_gemm6_avx2};
+/* refcg_wino_gemm_rows_avx2[MR]: the kernel for MR rows, a function of its own (REFCG_CONST_COPY) */
+#define REFCG_WINO_GEMM_COPY_AVX2(MR)                                                                          \
+  REFCG_CONST_COPY(refcg_wino_gemm_avx2, refcg_wino_gemm_avx2, (const int16_t* v, int64_t cp, const int16_t* u, \
+                                                                int32_t* m), (v, cp, u, m), MR)
+REFCG_WINO_GEMM_COPY_AVX2(1)
+REFCG_WINO_GEMM_COPY_AVX2(2)
+REFCG_WINO_GEMM_COPY_AVX2(3)
+REFCG_WINO_GEMM_COPY_AVX2(4)
+REFCG_WINO_GEMM_COPY_AVX2(5)
+REFCG_WINO_GEMM_COPY_AVX2(6)
+#undef REFCG_WINO_GEMM_COPY_AVX2
+typedef void (*refcg_wino_gemm_fn)(const int16_t*, int64_t, const int16_t*, int32_t*);
+static const refcg_wino_gemm_fn refcg_wino_gemm_rows_avx2[REFCG_WINO_MR + 1] = {
+    NULL, refcg_wino_gemm_avx2_p1, refcg_wino_gemm_avx2_p2, refcg_wino_gemm_avx2_p3,
+    refcg_wino_gemm_avx2_p4, refcg_wino_gemm_avx2_p5, refcg_wino_gemm_avx2_p6};
 
 /* y = (A^T M A) >> 2 of nt tiles (m [16][nt][16] int32, channel block nbk) through the GEMM's epilogue. */
 static void refcg_wino_out_avx2(const refcg_wino_job* j, const int32_t* m, int32_t nt, int64_t i0, int32_t nbk) {
@@ -892,7 +893,8 @@ static void refcg_wino_out_avx2(const refcg_wino_job* j, const int32_t* m, int32
       __m256i s[2][4]; /* A^T M */
       for (int q = 0; q < 4; ++q) {
         __m256i x[4];
-        for (int r = 0; r < 4; ++r) x[r] = _mm256_loadu_si256((const __m256i*)(m + ((int64_t)(4 * r + q) * nt + t) * 16 + 8 * h));
+        for (int r = 0; r < 4; ++r)
+          x[r] = _mm256_loadu_si256((const __m256i*)(m + ((int64_t)(4 * r + q) * nt + t) * 16 + 8 * h));
         s[0][q] = _mm256_add_epi32(_mm256_add_epi32(x[0], x[1]), x[2]);
         s[1][q] = _mm256_sub_epi32(_mm256_sub_epi32(x[1], x[2]), x[3]);
       }
@@ -940,7 +942,7 @@ static void refcg_wino_avx2(const void* ctx, int64_t t0, int64_t t1) {
         int32_t* mx = m + (int64_t)xi * nt * 16;
         for (int32_t r = 0; r < nt; r += REFCG_WINO_MR) {
           const int32_t rows = nt - r < REFCG_WINO_MR ? nt - r : REFCG_WINO_MR;
-          refcg_wino_gemm_by_rows_avx2[rows](vx + (int64_t)r * cp, cp, ux, mx + 16 * r);
+          refcg_wino_gemm_rows_avx2[rows](vx + (int64_t)r * cp, cp, ux, mx + 16 * r);
         }
       }
       refcg_wino_out_avx2(j, m, nt, i0, nbk);
