@@ -101,6 +101,9 @@ def test_core_under_sanitizers(tmp_path):
             (8, 8, (10, 9), (3, 3), (2, 2), (1, 0, 2, 1), (1, 1), 8, "NHWC", "int8"),
             (12, 24, (8, 8), (3, 2), (1, 2), (2, 1, 0, 1), (2, 1), 4, "NCHW", "int8"),
             (5, 15, (6, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 5, "NHWC", "uint8"),
+            # AVX2 Winograd: odd output sides, a 1-channel last block, NCHW out; an unpadded input read in place
+            (16, 17, (9, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, "NCHW", "uint8"),
+            (32, 24, (8, 8), (3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 1, "NHWC", "int8"),
         ]
         count = 0
         for in_c, out_c, (h, w), (kh, kw), stride, pad, dil, groups, layout, dtype in convs:
