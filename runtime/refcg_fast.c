@@ -426,6 +426,8 @@ static const int16_t* refcg_wino_weights_of(const refcg_conv2d_fast* f, int32_t 
   return (const int16_t*)expected;
 }
 
+REFCG_API void refcg_wino_release(refcg_wino_cache* c) { free(__atomic_exchange_n(&c->w, NULL, __ATOMIC_ACQ_REL)); }
+
 static inline int refcg_wino_usable(const refcg_isa_config* isa, const refcg_conv2d_params* p,
                                      const refcg_conv2d_fast* f) {
   return isa->gemm.wino && f->wino && f->kind == REFCG_FAST_GEMM && p->kernel_h == 3 && p->kernel_w == 3 &&

@@ -141,7 +141,8 @@ class Core:
         if f.gemm is not None:
             s.gemm = self.gemm_weights(f.gemm)[0]
         if f.winograd:
-            cache = self.ffi.new("refcg_wino_cache*")  # its weights: malloc'd once, not freed (as in a library)
+            # its weights: malloc'd at the first Winograd call and kept (a library frees them at unload)
+            cache = self.ffi.new("refcg_wino_cache*")
             s.wino = cache
             self._keep.append(cache)
         if f.dw_w is not None:

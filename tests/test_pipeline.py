@@ -13,10 +13,10 @@ from refcodegen.emit import c_identifier, core_source
 from refcodegen.partition import refcg_functions
 
 
-def conv_model(rng, layout="NCHW", **kw):
-    shape = (1, 8, 10, 10) if layout == "NCHW" else (1, 10, 10, 8)
+def conv_model(rng, layout="NCHW", in_c=8, **kw):
+    shape = (1, in_c, 10, 10) if layout == "NCHW" else (1, 10, 10, in_c)
     x = relay.var("x", shape=shape, dtype="int8")
-    return module([x], qconv_block(x, rng, in_c=8, out_c=16, layout=layout, **kw)), shape
+    return module([x], qconv_block(x, rng, in_c=in_c, out_c=16, layout=layout, **kw)), shape
 
 
 @pytest.fixture
@@ -74,12 +74,12 @@ def test_generated_c_compiles_without_warnings(tmp_path, rng):
     """A partition's C; the core's (a minute of g++ -O3 per compile) is checked strictly elsewhere:
     as C++ by test_cli's emitted Makefile (the same core_source), as C by the cffi core build and
     file by file, C and C++, by test_core_library's `make -C runtime check`."""
-    mod, _ = conv_model(rng, layout="NHWC", bias=False, per_channel=True)
+    mod, _ = conv_model(rng, layout="NHWC", in_c=16, bias=False, per_channel=True)  # with a Winograd cache
     partitioned = partition_for_refcg(mod, target="llvm")
     (gv, func), = refcg_functions(partitioned)
     symbol, code = codegen.generate_c(func.with_attr("global_symbol", gv.name_hint))
     compile_strictly(tmp_path, "part", code)
-    assert symbol in code
+    assert symbol in code and "refcg_wino_release(&" in code
 
 
 def every_family(rng):

@@ -276,12 +276,15 @@ typedef struct {
 } refcg_gemm_weights;
 
 /* Weights of a conv in the Winograd F(2x2, 3x3) domain (refcg_wino_weights), built from the packed
- * GEMM weights at the first call that runs the Winograd kernels and kept for the library's lifetime:
+ * GEMM weights at the first call that runs the Winograd kernels and kept until the library unloads:
  * 16/9 x 2 bytes per weight are too much constant data to emit (ResNet-18: +34 MB). The library
- * defines one zero-initialized cache per eligible conv. */
+ * defines one zero-initialized cache per eligible conv and a destructor that releases it. */
 typedef struct {
-  void* w; /* NULL until built; set once (atomically), never freed */
+  void* w; /* NULL until built; set once (atomically) */
 } refcg_wino_cache;
+
+/* Frees c's weights (a no-op when they were never built); no call may run the conv meanwhile. */
+REFCG_API void refcg_wino_release(refcg_wino_cache* c);
 
 /* Extra compile-time data of one conv for the accelerated kernels. */
 enum { REFCG_FAST_NONE = 0, REFCG_FAST_GEMM = 1, REFCG_FAST_DEPTHWISE = 2 };
