@@ -36,7 +36,8 @@ static const refcg_isa_config refcg_isa_scalar = {
     .features = "",
     .supported = refcg_cpu_any,
     .signed_domain = 0,
-    .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL, .flips = 0, .wino = NULL},
+    .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL, .flips = 0, .wino = NULL,
+             .reads_a16 = NULL},
     .dw = {.rows = refcg_dw_portable, .planes = NULL, .pairs = 0, .quads = 0, .qmax = 0},
     .binary_rows = NULL,
     .pool = NULL,
@@ -179,6 +180,16 @@ typedef struct {
   uint8_t flip;           /* 0x80 when the input dtype differs from the domain */
   uint8_t pad;            /* izp in the domain */
 } refcg_pad_job;
+
+/* Chunks [c0, c1) of refcg_widen_job (the last one with 64 zero lanes of read slack after it). */
+static void refcg_widen_chunks(const void* ctx, int64_t c0, int64_t c1) {
+  const refcg_widen_job* j = (const refcg_widen_job*)ctx;
+  const int64_t i1 = c1 * REFCG_WIDEN_CHUNK < j->n ? c1 * REFCG_WIDEN_CHUNK : j->n;
+  const uint8_t* src = j->src;
+  uint16_t* dst = j->dst; /* locals: the compiler vectorizes the loop */
+  for (int64_t i = c0 * REFCG_WIDEN_CHUNK; i < i1; ++i) dst[i] = src[i];
+  if (i1 == j->n) memset(dst + j->n, 0, 64 * sizeof(uint16_t));
+}
 
 /* Rows [r0, r1) of the padded copy: border = izp, channels beyond cin = 0. */
 static void refcg_pad_rows(const void* ctx, int64_t r0, int64_t r1) {
@@ -590,23 +601,32 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
       seg_off[s] = ((int64_t)kh * p->dilation_h * wp + (int64_t)kw * p->dilation_w) * cp;
     }
     const uint8_t* x = in_place ? (const uint8_t*)input + n * p->in_stride[0] : a;
-    const refcg_gemm_job j = {p->out_h * p->out_w, p->out_w, (int64_t)p->stride_h * wp * cp, (int64_t)p->stride_w * cp, x,
-                              nseg, rows_contiguous ? p->kernel_w * cp : cp, seg_off, p->out_c, f->gemm.kp, f->gemm.w,
-                              epi, unpack ? (int64_t)p->out_w * p->out_c : p->out_stride[1],
-                              unpack ? p->out_c : p->out_stride[2], f->gemm.pair_safe, in_place ? flip * 0x01010101u : 0};
+    refcg_gemm_job j = {p->out_h * p->out_w, p->out_w, (int64_t)p->stride_h * wp * cp, (int64_t)p->stride_w * cp, x,
+                        nseg, rows_contiguous ? p->kernel_w * cp : cp, seg_off, p->out_c, f->gemm.kp, f->gemm.w,
+                        epi, unpack ? (int64_t)p->out_w * p->out_c : p->out_stride[1],
+                        unpack ? p->out_c : p->out_stride[2], f->gemm.pair_safe, in_place ? flip * 0x01010101u : 0, NULL};
     const int64_t nblocks = (p->out_c + 15) / 16, ngroups = (nblocks + isa->gemm.nv - 1) / isa->gemm.nv;
     const refcg_unpack_job uj = {rows, (uint8_t*)out, p->out_w, p->out_c, p->out_stride[1], p->out_stride[3]};
     int failed = 0;
     refcg_wino_job wj = {x, wp, cp, (int32_t)nblocks, th, tw, p->out_h, p->out_w, 0, 0, 0, wino_u, &j, &failed};
-    refcg_par_task phases[] = {{refcg_pad_rows, &pj, hp},
-                               {isa->gemm.tiles, &j, (j.m + isa->gemm.mr - 1) / isa->gemm.mr * ngroups},
-                               {refcg_unpack_rows, &uj, p->out_h}};
-    if (wino_u) {
-      phases[1].fn = isa->gemm.wino;
-      phases[1].ctx = &wj;
-      phases[1].total = refcg_wino_plan(&wj);
-    }
-    refcg_parallel_phases(phases + in_place, (unpack ? 3 : 2) - in_place);
+    /* the input as 16-bit lanes where the tiles want them (AVX2's widened weights: a broadcast load per
+     * row and k-step instead of a load and a vpmovzxbw); none if the workspace is short */
+    const int64_t a_n = (int64_t)hp * wp * cp;
+    uint16_t* a16 = !wino_u && isa->gemm.reads_a16 && isa->gemm.reads_a16(&j)
+                        ? (uint16_t*)refcg_ws_alloc((size_t)(a_n + 64) * sizeof(uint16_t)) : NULL;
+    const refcg_widen_job widen = {x, a16, a_n};
+    j.a16 = a16;
+    const refcg_par_task all[] = {{refcg_pad_rows, &pj, in_place ? 0 : hp},
+                                  {refcg_widen_chunks, &widen, a16 ? (a_n + REFCG_WIDEN_CHUNK - 1) / REFCG_WIDEN_CHUNK : 0},
+                                  {wino_u ? isa->gemm.wino : isa->gemm.tiles, wino_u ? (const void*)&wj : (const void*)&j,
+                                   wino_u ? refcg_wino_plan(&wj) : (j.m + isa->gemm.mr - 1) / isa->gemm.mr * ngroups},
+                                  {refcg_unpack_rows, &uj, unpack ? p->out_h : 0}};
+    refcg_par_task phases[4];
+    int count = 0;
+    for (int i = 0; i < 4; ++i)
+      if (all[i].total > 0 || i == 2) phases[count++] = all[i]; /* the phases this conv has */
+    refcg_parallel_phases(phases, count);
+    if (a16) refcg_ws_free(a16);
     if (failed) {
       rc = -2;
       break;

@@ -113,7 +113,16 @@ typedef struct {
   int64_t o_row_h, o_row_w; /* element strides of the output per output row / per pixel */
   const uint8_t* pair_safe; /* refcg_gemm_weights.pair_safe: blocks AVX2 runs with vpmaddubsw */
   uint32_t flip4;           /* XOR of every 4 bytes of a read in place into the domain (refcg_gemm_config.flips) */
+  const uint16_t* a16;      /* a's domain bytes zero-extended, same offsets (refcg_gemm_config.reads_a16), or NULL */
 } refcg_gemm_job;
+
+/* n bytes of src zero-extended into dst (refcg_gemm_job.a16), in tasks of REFCG_WIDEN_CHUNK bytes. */
+typedef struct {
+  const uint8_t* src;
+  uint16_t* dst;
+  int64_t n;
+} refcg_widen_job;
+#define REFCG_WIDEN_CHUNK 8192
 
 /* 1x1 stride-1 unpadded conv on planar (NCHW) tensors, pixels in the lanes: out[oc][p] =
  * sum_k w'[oc][k] x[k][p] + corr[oc]. The input is interleaved once into xi [kp/4][hw][4] domain
@@ -1124,6 +1133,7 @@ typedef struct {
   refcg_range_fn planes;       /* 1x1 conv on planar layouts, refcg_gemmp_job (NULL: the NHWC GEMM) */
   int32_t flips;               /* tiles apply refcg_gemm_job.flip4: an input of the other dtype is read in place */
   refcg_range_fn wino;         /* 3x3 stride-1 convs, refcg_wino_job tasks (NULL: the GEMM tiles) */
+  int (*reads_a16)(const refcg_gemm_job* j); /* the tiles of j read refcg_gemm_job.a16 where it is built (NULL: never) */
 } refcg_gemm_config;
 
 typedef struct {

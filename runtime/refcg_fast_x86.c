@@ -614,6 +614,17 @@ REFCG_INLINE void refcg_rows_smallk_avx2(const refcg_gemm_job* j, const refcg_bl
   }
 }
 
+/* The constants b of blocks [g, g + nbk) and the vector plan they share (REFCG_PLAN_ANY: none). */
+static int refcg_smallk_plan_avx2(const refcg_gemm_job* j, int32_t g, int32_t nbk, refcg_blk_avx2* b) {
+  int plan = -1;
+  for (int32_t v = 0; v < nbk; ++v) {
+    refcg_blk_init_avx2(j, g + v, &b[v]);
+    const int p = REFCG_PLAN_MEET(refcg_rq_plan_avx2(&b[v].rq, &b[v].rv[0]), refcg_rq_plan_avx2(&b[v].rq, &b[v].rv[1]));
+    plan = plan < 0 || plan == p ? p : REFCG_PLAN_ANY;
+  }
+  return plan;
+}
+
 /* Rows [i0, i1) x blocks [nb0, nb1) through refcg_rows_smallk_avx2 with KS (and CONTIG) fixed, in
  * groups of REFCG_AVX2_SMALLK_NB blocks, the plan a constant; 0 (nothing done) where the blocks do
  * not share a vector plan. */
@@ -623,13 +634,7 @@ REFCG_INLINE void refcg_rows_smallk_avx2(const refcg_gemm_job* j, const refcg_bl
     __m256i wp[REFCG_AVX2_SMALLK_NB * 4 * KS];                                                                 \
     for (int32_t g = nb0; g < nb1; g += REFCG_AVX2_SMALLK_NB) {                                                \
       const int32_t nbk = nb1 - g < REFCG_AVX2_SMALLK_NB ? nb1 - g : REFCG_AVX2_SMALLK_NB;                     \
-      int plan = -1;                                                                                           \
-      for (int32_t v = 0; v < nbk; ++v) {                                                                      \
-        refcg_blk_init_avx2(j, g + v, &b[v]);                                                                  \
-        const int p = REFCG_PLAN_MEET(refcg_rq_plan_avx2(&b[v].rq, &b[v].rv[0]),                               \
-                                      refcg_rq_plan_avx2(&b[v].rq, &b[v].rv[1]));                              \
-        plan = plan < 0 || plan == p ? p : REFCG_PLAN_ANY;                                                     \
-      }                                                                                                        \
+      const int plan = refcg_smallk_plan_avx2(j, g, nbk, b);                                                   \
       if (plan == REFCG_PLAN_ANY) return 0; /* the first group: the plan is the job's */                      \
       for (int32_t v = 0; v < nbk; ++v) refcg_pairs_w_avx2(j->w + (int64_t)(g + v) * j->kp * 16, KS, wp + 4 * KS * v); \
       const int ks = KS, contig = CONTIG;                                                                      \
@@ -695,10 +700,14 @@ REFCG_INLINE void refcg_widen_w_avx2(const int8_t* w, int64_t nk, int16_t* ww) {
     _mm256_store_si256((__m256i*)ww, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)w)));
 }
 
-/* MR rows [i0, i0 + MR) x block b, k-steps [q0, q1) from those weights widened (ww): per
- * k-step and row one vpmovzxbw, no weight shuffles. G groups of 4 channels: 4, or 2 for a block of 8
- * or fewer channels (half the vpmaddwd; N = 24, 40: a third of the block passes). Accumulators start
- * at zero (q0 == 0) or from saved (MR x 32 int32), and are saved (q1 < nk) or go to the epilogue. */
+/* MR rows [i0, i0 + MR) x block b, k-steps [q0, q1) from those weights widened (ww) and the input
+ * widened once per call (j->a16): per k-step and row a broadcast load, no widening op (1x1 convs with
+ * K >= 64: 1.05-1.14x over a vpmovzxbw per row and k-step), no weight shuffles. One K loop: a second
+ * one (bytes, where there is no a16) in this function spilled two accumulators out of both loops under
+ * the libraries' #pragma GCC optimize("O3") (MobileNetV2 0.87x). G groups of 4 channels: 4, or 2 for a
+ * block of 8 or fewer channels (half the vpmaddwd; N = 24, 40: a third of the block passes).
+ * Accumulators start at zero (q0 == 0) or from saved (MR x 32 int32), and are saved (q1 < nk) or go to
+ * the epilogue. */
 REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t q, int32_t c,
                                    const int16_t* ww, int64_t q0, int64_t q1, int64_t nk, int32_t* saved, const int MR,
                                    const int G) {
@@ -715,11 +724,11 @@ REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2
   for (int64_t k0 = q0 ? q0 * 4 % len : 0, left = (q1 - q0) * 4; left > 0; ++s, k0 = 0) {
     const int64_t k1 = len - k0 < left ? len : k0 + left;
     left -= k1 - k0;
-    const uint8_t* x[REFCG_AVX2_MR_MAX];
-    for (int r = 0; r < MR; ++r) x[r] = arow[r] + j->seg_off[s];
+    const uint16_t* x[REFCG_AVX2_MR_MAX]; /* 4 lanes of 16 bits: one 8-byte broadcast */
+    for (int r = 0; r < MR; ++r) x[r] = j->a16 + (arow[r] - j->a) + j->seg_off[s];
     for (int64_t k = k0; k < k1; k += 4, wp += 64) {
       for (int r = 0; r < MR; ++r) {
-        const __m256i a = refcg_bcast4_avx2(x[r] + k);
+        const __m256i a = _mm256_castpd_si256(_mm256_broadcast_sd((const double*)(x[r] + k)));
         for (int g = 0; g < G; ++g)
           acc[r][g] = _mm256_add_epi32(acc[r][g], _mm256_madd_epi16(a, _mm256_load_si256((const __m256i*)(wp + 16 * g))));
       }
@@ -791,6 +800,22 @@ static __attribute__((noinline)) void refcg_rows_avx2w(const refcg_gemm_job* j, 
   }
 }
 
+/* Whether refcg_tiles_avx2 may run blocks of j on refcg_rows_avx2w, which reads j->a16: rows beyond
+ * one tile, blocks not all pair-safe, and k-steps the row kernels for few k-steps do not take. */
+static int refcg_reads_a16_avx2(const refcg_gemm_job* j) {
+  if (j->m <= 4 || j->nseg * j->seg_len < 4) return 0;
+  if (refcg_smallk_of_avx2(j)) { /* they decline blocks of mixed plans (the job's first group decides) */
+    refcg_blk_avx2 b[REFCG_AVX2_SMALLK_NB];
+    const int32_t nblocks = (j->n + 15) / 16;
+    if (refcg_smallk_plan_avx2(j, 0, nblocks < REFCG_AVX2_SMALLK_NB ? nblocks : REFCG_AVX2_SMALLK_NB, b) !=
+        REFCG_PLAN_ANY)
+      return 0;
+  }
+  for (int32_t nb = 0; nb * 16 < j->n; ++nb)
+    if (!j->pair_safe || !j->pair_safe[nb]) return 1;
+  return 0; /* every block on vpmaddubsw */
+}
+
 /* Tiles [t0, t1), per channel block: pair-safe blocks on vpmaddubsw (refcg_rows_avx2b), short row
  * ranges on refcg_tile_avx2, the rest on widened weights (refcg_rows_avx2w). */
 static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
@@ -811,7 +836,7 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
     refcg_blk_init_avx2(j, nb, &b);
     if (j->pair_safe && j->pair_safe[nb])
       refcg_rows_avx2b(j, &b, r0, r1, nb);
-    else if (r1 - r0 <= 4 || nk == 0)
+    else if (r1 - r0 <= 4 || nk == 0 || !j->a16) /* no a16: the workspace was short */
       refcg_rows_avx2(j, &b, r0, r1, nb);
     else
       refcg_rows_avx2w(j, &b, r0, r1, nb, nk, csz);
@@ -2832,7 +2857,8 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .features = "avx512f avx512bw avx512vl avx512dq avx512vnni",
     .supported = refcg_cpu_avx512vnni,
     .signed_domain = 0,
-    .gemm = {.mr = REFCG_X512_MR, .nv = REFCG_X512_NV, .tiles = refcg_tiles_avx512vnni, .planes = refcg_gemmp_avx512, .flips = 1, .wino = NULL},
+    .gemm = {.mr = REFCG_X512_MR, .nv = REFCG_X512_NV, .tiles = refcg_tiles_avx512vnni, .planes = refcg_gemmp_avx512,
+             .flips = 1, .wino = NULL, .reads_a16 = NULL},
     .dw = {.rows = refcg_dw_avx512, .planes = refcg_dwp_avx512, .pairs = 0, .quads = 1, .qmax = 4},
     .binary_rows = refcg_bin_avx512,
     .pool = refcg_pool_avx512,
@@ -2848,7 +2874,8 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .features = "avx2 fma avxvnni",
     .supported = refcg_cpu_avxvnni,
     .signed_domain = 0,
-    .gemm = {.mr = 6, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL, .flips = 0, .wino = NULL},
+    .gemm = {.mr = 6, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL, .flips = 0, .wino = NULL,
+             .reads_a16 = NULL},
     .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avxvnni, .pairs = 1, .quads = 0, .qmax = 4},
     .binary_rows = refcg_bin_avx2,
     .pool = refcg_pool_avx2,
@@ -2865,7 +2892,7 @@ const refcg_isa_config refcg_isa_avx2 = {
     .supported = refcg_cpu_avx2,
     .signed_domain = 0,
     .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avx2, .planes = NULL, .flips = 0,
-             .wino = refcg_wino_avx2},
+             .wino = refcg_wino_avx2, .reads_a16 = refcg_reads_a16_avx2},
     .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avx2, .pairs = 1, .quads = 0, .qmax = 2},
     .binary_rows = refcg_bin_avx2,
     .pool = refcg_pool_avx2,

@@ -99,6 +99,11 @@ SHAPES = [
     # its last block of 8 channels in six-row tiles, as 800->24's (K in two chunks of widened weights)
     (64, 104, (7, 7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (800, 24, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    # AVX2 reads the input widened once (refcg_reads_a16_avx2: 3 blocks or more, 16 k-steps or more; the
+    # shapes above with 37, 70 and 104 channels too): K in two chunks over a last block of 8 channels,
+    # a dilated conv (a segment per tap)
+    (800, 40, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    (12, 48, (9, 10), (3, 3), (1, 2), (2, 2, 2, 2), (2, 2), 1),
     # 3x3 stride 1 over whole 16-channel vectors (AVX2: Winograd F(2x2, 3x3)): odd output sides (a last
     # tile of 1 row / column) and a last block of 1 channel, uneven padding, an unpadded input read in place
     (16, 17, (9, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
@@ -264,6 +269,22 @@ def test_depthwise_variants_bit_exact(core, isa, shape, layout, in_dtype):
             assert np.array_equal(built, ref), f"{isa} {out_dtype} layouts built per call: {np.abs(built - ref.astype(np.int64)).max()}"
 
 
+def alloc_failure_outcomes(core, conv, x, ref, masks) -> dict:
+    """Per mask of workspace allocations made to fail (bit i: the i-th of the call), what a 3-range run
+    of conv gives: "exact", "wrong", the error, or that fewer allocations were made."""
+    outcomes = {}
+    for mask in masks:
+        core.fail_alloc(mask)
+        try:
+            got = split_run(core, lambda: conv.run(x, out=np.zeros(conv.out_shape, conv.out_dtype)))
+            outcome = "exact" if np.array_equal(got, ref) else "wrong"
+        except RuntimeError as e:
+            outcome = str(e)
+        made = core.fail_alloc(0)
+        outcomes[mask] = outcome if mask & ((1 << made) - 1) else f"no failure in {made} allocations"
+    return outcomes
+
+
 def test_depthwise_workspace_failures(core, isa):
     """Each workspace allocation of a depthwise call (3 ranges: each pads its own rows into a buffer
     of its own) failing in turn: a range's buffer -> the whole call again through one padded copy,
@@ -276,21 +297,33 @@ def test_depthwise_workspace_failures(core, isa):
     conv = Conv2D(core, in_shape=x.shape, layout="NHWC", weight_ohwi=weight, padding=(1, 1, 1, 1), groups=40,
                   in_dtype="uint8", input_zp=255, out_dtype=out_dtype, requant=rq)
     ref = conv.run(x, fast=False)
-    outcomes = {}
-    for mask in (1, 2, 4, 1 | 8, 2 | 8):  # one range's buffer; with the copy after it (4 allocations)
-        core.fail_alloc(mask)
-        try:
-            got = split_run(core, lambda: conv.run(x, out=np.zeros(conv.out_shape, conv.out_dtype)))
-            outcome = "exact" if np.array_equal(got, ref) else "wrong"
-        except RuntimeError as e:
-            outcome = str(e)
-        made = core.fail_alloc(0)
-        outcomes[mask] = outcome if mask & ((1 << made) - 1) else f"no failure in {made} allocations"
+    # one range's buffer; with the copy after it (4 allocations)
+    outcomes = alloc_failure_outcomes(core, conv, x, ref, (1, 2, 4, 1 | 8, 2 | 8))
     if isa == "scalar":  # the scalar variant runs the reference: no workspace
         assert set(outcomes.values()) == {"no failure in 0 allocations"}, outcomes
     else:
         assert outcomes == {1: "exact", 2: "exact", 4: "exact", 9: "refcg conv2d returned -2",
                             10: "refcg conv2d returned -2"}, outcomes
+
+
+def test_conv_workspace_failures(core, isa):
+    """A conv over a padded copy whose AVX2 tiles read the input widened to 16 bits (refcg_gemm_job.a16,
+    the second allocation): that buffer failing -> the tiles that widen per row and k-step, exact; the
+    padded copy failing -> the call reports -2. Never a wrong answer."""
+    rng = np.random.default_rng(12)
+    x = full_range(rng, (1, 9, 10, 64), "uint8")
+    weight = full_range(rng, (48, 3, 3, 64), "int8")
+    want = numpy_conv_nhwc(x, weight, 131, 0, (2, 2), (1, 1, 1, 1), (1, 1), 1)
+    (out_dtype, rq), *_ = requant_cases(rng, want, 48)
+    conv = Conv2D(core, in_shape=x.shape, layout="NHWC", weight_ohwi=weight, strides=(2, 2), padding=(1, 1, 1, 1),
+                  in_dtype="uint8", input_zp=131, out_dtype=out_dtype, requant=rq)
+    ref = conv.run(x, fast=False)
+    outcomes = alloc_failure_outcomes(core, conv, x, ref, (1, 2))
+    if isa == "scalar":  # the reference: no workspace
+        assert set(outcomes.values()) == {"no failure in 0 allocations"}, outcomes
+    else:
+        widened = "exact" if isa == "avx2" else "no failure in 1 allocations"
+        assert outcomes == {1: "refcg conv2d returned -2", 2: widened}, outcomes
 
 
 def run_binary(core, op, x, y, out_dtype, rq_a, rq_b, zps, out_range, reference):
