@@ -99,9 +99,9 @@ SHAPES = [
     # its last block of 8 channels in six-row tiles, as 800->24's (K in two chunks of widened weights)
     (64, 104, (7, 7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (800, 24, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
-    # AVX2 reads the input widened once (refcg_reads_a16_avx2: 3 blocks or more, 16 k-steps or more; the
-    # shapes above with 37, 70 and 104 channels too): K in two chunks over a last block of 8 channels,
-    # a dilated conv (a segment per tap)
+    # AVX2 reads the input widened once (refcg_reads_a16_avx2: more than 4 rows and 12 k-steps, as in
+    # several shapes above): K in two chunks over a last block of 8 channels, a dilated conv (a segment
+    # per tap)
     (800, 40, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (12, 48, (9, 10), (3, 3), (1, 2), (2, 2, 2, 2), (2, 2), 1),
     # 3x3 stride 1 over whole 16-channel vectors (AVX2: Winograd F(2x2, 3x3)): odd output sides (a last
