@@ -1579,6 +1579,20 @@ static void refcg_requantize_avx2(const void* ctx, int64_t t0, int64_t t1) {
 #pragma GCC target("avx2,fma,avxvnni")
 #endif
 
+/* acc + the dot products of 4 unsigned bytes of x and 4 signed bytes of w per lane: vpdpbusd ymm, VEX-encoded
+ * (AVX-VNNI). REFCG_AVXVNNI_AS_EVEX (test builds on hosts with AVX-512 VNNI and no AVX-VNNI, where
+ * QEMU cannot stand in either: its TCG lacks AVX-VNNI): the same instruction EVEX-encoded (AVX512VL,
+ * the assembler's default for the mnemonic), on the registers 0-15 the VEX form has, so that the
+ * variant's code runs unchanged there. */
+#if defined(REFCG_AVXVNNI_AS_EVEX)
+REFCG_INLINE __m256i refcg_dpbusd_avxvnni(__m256i acc, __m256i x, __m256i w) {
+  __asm__("vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(x), "x"(w));
+  return acc;
+}
+#else
+REFCG_INLINE __m256i refcg_dpbusd_avxvnni(__m256i acc, __m256i x, __m256i w) { return _mm256_dpbusd_avx_epi32(acc, x, w); }
+#endif
+
 REFCG_INLINE void refcg_tile_avxvnni(const refcg_gemm_job* j, int32_t i0, int32_t nb,
                                                                       const int MR) {
   const uint8_t* arow[6];
@@ -1593,8 +1607,8 @@ REFCG_INLINE void refcg_tile_avxvnni(const refcg_gemm_job* j, int32_t i0, int32_
       const __m256i w0 = _mm256_loadu_si256((const __m256i*)wp), w1 = _mm256_loadu_si256((const __m256i*)(wp + 32));
       for (int r = 0; r < MR; ++r) {
         const __m256i a = _mm256_set1_epi32(refcg_load_i32(arow[r] + so + k));
-        acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], a, w0);
-        acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], a, w1);
+        acc[r][0] = refcg_dpbusd_avxvnni(acc[r][0], a, w0);
+        acc[r][1] = refcg_dpbusd_avxvnni(acc[r][1], a, w1);
       }
     }
   }
@@ -1610,11 +1624,9 @@ REFCG_INLINE void refcg_tile_avxvnni(const refcg_gemm_job* j, int32_t i0, int32_
 REFCG_DEFINE_TILES(refcg_tiles_avxvnni, refcg_tile_avxvnni, 6)
 
 /* Depthwise planes with 4 byte taps per lane (vpdpbusd ymm) on the AVX2 expand and epilogue. */
-REFCG_INLINE __m256i refcg_dot_vnni_avx2(__m256i acc, __m256i x, __m256i w) { return _mm256_dpbusd_avx_epi32(acc, x, w); }
-
 REFCG_INLINE void refcg_dwp_blocks_avxvnni(const refcg_dwp_strip* s, const void* k, int64_t lane_off, int64_t off,
                                            int32_t n, int32_t nb) {
-  REFCG_NB_SWITCH(nb, refcg_dwp_nb_avx2, s, (const refcg_dwpk_avx2*)k, lane_off, off, n, refcg_dot_vnni_avx2);
+  REFCG_NB_SWITCH(nb, refcg_dwp_nb_avx2, s, (const refcg_dwpk_avx2*)k, lane_off, off, n, refcg_dpbusd_avxvnni);
 }
 
 REFCG_INLINE void refcg_dwp_strip_avxvnni(const refcg_dwp_job* j, const int32_t* e, const int32_t* words, int32_t oc,
@@ -2845,7 +2857,15 @@ static void refcg_requantize_avx512(const void* ctx, int64_t t0, int64_t t1) {
 
 /* The AVX2 and AVX-VNNI sections use FMA (the float requantize of FMA targets): every AVX2 CPU has it. */
 REFCG_INLINE int refcg_cpu_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#if defined(REFCG_AVXVNNI_AS_EVEX)
+#define REFCG_AVXVNNI_FEATURES "avx2 fma avx512vnni avx512vl"
+REFCG_INLINE int refcg_cpu_avxvnni(void) {
+  return refcg_cpu_avx2() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+}
+#else
+#define REFCG_AVXVNNI_FEATURES "avx2 fma avxvnni"
 REFCG_INLINE int refcg_cpu_avxvnni(void) { return refcg_cpu_avx2() && __builtin_cpu_supports("avxvnni"); }
+#endif
 REFCG_INLINE int refcg_cpu_avx512vnni(void) {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -2871,7 +2891,7 @@ const refcg_isa_config refcg_isa_avx512vnni = {
 
 const refcg_isa_config refcg_isa_avxvnni = {
     .name = "avxvnni",
-    .features = "avx2 fma avxvnni",
+    .features = REFCG_AVXVNNI_FEATURES,
     .supported = refcg_cpu_avxvnni,
     .signed_domain = 0,
     .gemm = {.mr = 6, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL, .flips = 0, .wino = NULL,

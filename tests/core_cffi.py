@@ -58,11 +58,12 @@ void refcg_harness_tasks(int32_t n);
 int32_t refcg_harness_ws_fail(uint32_t mask);"""
 
 
-def _build(cache: Path, source: str | None = None, harness: bool = False):
+def _build(cache: Path, source: str | None = None, harness: bool = False, defines: tuple[str, ...] = ()):
     """``source``: another bundled core (tools/bench_epilogue.py builds an older one beside this one);
-    ``harness``: with tests/epilogue_harness.c appended (refcg_harness_epilogue)."""
+    ``harness``: with tests/epilogue_harness.c appended (refcg_harness_epilogue); ``defines``: macros."""
     cdef = header_cdef() + (HARNESS_CDEF if harness else "")
-    source = (source or bundled_core()) + ("\n" + HARNESS.read_text() if harness else "")
+    source = "".join(f"#define {d}\n" for d in defines) + (source or bundled_core())
+    source += ("\n" + HARNESS.read_text()) if harness else ""
     digest = hashlib.sha256((cdef + source).encode()).hexdigest()[:16]
     name = f"_refcg_core_{digest}"
     target = cache / name
@@ -95,12 +96,25 @@ def _cpu_flags() -> set[str]:
     return {flag.replace("_", "") for flag in line.split(":", 1)[1].split()}
 
 
-class Core:
-    """The compiled core plus helpers that keep the numpy arrays behind each C struct alive."""
+def avxvnni_as_evex() -> bool:
+    """Whether this host runs the AVX-VNNI variant only as its EVEX stand-in (REFCG_AVXVNNI_AS_EVEX in
+    refcg_fast_x86.c): AVX-512 VNNI and VL, no AVX-VNNI (Zen 4, Ice Lake and later Xeons)."""
+    flags = _cpu_flags()
+    return "avxvnni" not in flags and {"avx2", "fma", "avx512vnni", "avx512vl"} <= flags
 
-    def __init__(self, cache: str | None = None, *, source: str | None = None, harness: bool = False):
+
+class Core:
+    """The compiled core plus helpers that keep the numpy arrays behind each C struct alive.
+
+    ``avxvnni_evex``: the AVX-VNNI variant's vpdpbusd EVEX-encoded (pass avxvnni_as_evex()), so that its
+    code runs on AVX-512 VNNI hosts; for the core's own tests and kernel timings: generated libraries
+    (and REFCG_ISA in them) have the VEX form."""
+
+    def __init__(self, cache: str | None = None, *, source: str | None = None, harness: bool = False,
+                 avxvnni_evex: bool = False):
         cache_dir = Path(cache or os.environ.get("REFCG_CORE_CACHE", Path(tempfile.gettempdir()) / "refcg-core"))
-        module = _build(cache_dir, source, harness)
+        self.avxvnni_evex = avxvnni_evex
+        module = _build(cache_dir, source, harness, ("REFCG_AVXVNNI_AS_EVEX",) if avxvnni_evex else ())
         self.ffi, self.lib, self.path = module.ffi, module.lib, module.__file__
         self._keep: list = []
 

@@ -10,7 +10,7 @@ import zlib
 import numpy as np
 import pytest
 
-from core_cffi import DTYPE_CODE, Binary, Conv2D, Core, Dense
+from core_cffi import DTYPE_CODE, Binary, Conv2D, Core, Dense, avxvnni_as_evex
 import fma_cases as fc
 from refcodegen.numerics import MODES, FloatLowering, make_requantize, no_requantize
 
@@ -19,7 +19,9 @@ LOWERINGS = [FloatLowering(sse41, fma) for sse41 in (True, False) for fma in (Tr
 FMA, NO_FMA = FloatLowering(True, True), FloatLowering(True, False)
 
 
-CORE = Core(harness=True)  # built once per source (cached): its variants parametrize the tests
+# built once per source (cached): its variants parametrize the tests (AVX-VNNI's EVEX-encoded where
+# the host has AVX-512 VNNI only: core_cffi.avxvnni_as_evex)
+CORE = Core(harness=True, avxvnni_evex=avxvnni_as_evex())
 
 
 @pytest.fixture(scope="module")

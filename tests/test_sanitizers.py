@@ -21,7 +21,7 @@ from tvm import relay
 from conftest import build_and_load, run
 from refcodegen import offload_report, partition_for_refcg
 from refcodegen.partition import refcg_functions
-from core_cffi import Core, header_cdef
+from core_cffi import Core, avxvnni_as_evex, header_cdef
 from refcodegen.emit import bundled_core
 from fuzzing.chains import ChainSpec, build_batch
 from fuzzing.check import merge_partitions
@@ -77,7 +77,8 @@ def test_core_under_sanitizers(tmp_path):
 
     ffi = cffi.FFI()
     ffi.cdef(header_cdef())
-    ffi.set_source("_refcg_core_sanitized", "#include <stdint.h>\n#include <stddef.h>\n" + bundled_core(),
+    evex = "#define REFCG_AVXVNNI_AS_EVEX\n" if avxvnni_as_evex() else ""  # the AVX-VNNI variant runs here too
+    ffi.set_source("_refcg_core_sanitized", evex + "#include <stdint.h>\n#include <stddef.h>\n" + bundled_core(),
                    extra_compile_args=["-O1", "-ffp-contract=off", *SANITIZE], extra_link_args=SANITIZE[:1])
     so = ffi.compile(tmpdir=str(tmp_path), verbose=False)
     out = run_sanitized(f"""

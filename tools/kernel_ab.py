@@ -12,6 +12,8 @@ stride), int64 UPWARD requantize (TVM's `llvm` numerics), per-channel scales, in
 -3 (int8). The cores here are compiled by cffi (gcc -O3); generated libraries compile the same core with
 g++ under `#pragma GCC optimize("O3")` alone, whose register allocation can differ (a change 1.10x here ran
 0.87x in MobileNetV2): confirm a kernel change on a network built both ways before keeping it.
+``--isa avxvnni`` on a host with AVX-512 VNNI and no AVX-VNNI times the variant's EVEX stand-in
+(core_cffi.avxvnni_as_evex; the same code with 16 ymm registers); the baseline revision must know it.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core_cffi import Binary, Conv2D, Core
+from core_cffi import Binary, Conv2D, Core, avxvnni_as_evex
 from refcodegen.numerics import make_requantize
 from tools.bench_epilogue import bundle_of, bundle_of_dir, thread_ms
 
@@ -105,7 +107,9 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         new = bundle_of_dir(Path(args.workdir)) if args.workdir else None
-        cores = {"old": Core(source=bundle_of(args.against, Path(work))), "new": Core(source=new)}
+        evex = "avxvnni" in args.isa and avxvnni_as_evex()
+        cores = {"old": Core(source=bundle_of(args.against, Path(work)), avxvnni_evex=evex),
+                 "new": Core(source=new, avxvnni_evex=evex)}
     rng = np.random.default_rng(0)
     print(f"ms per call, 1 thread, CPU time, median of {args.runs} interleaved runs; old = {args.against}")
     print(f"{'shape':<20} {'dtype':<6} {'isa':<11} {'old':>8} {'new':>8} {'new/old speed':>14}")
