@@ -452,18 +452,23 @@ REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, const refcg_blk_avx2*
   refcg_tile_epi_avx2(j, b, out_off, acc, MR, 4);
 }
 
-/* MR rows x 16 channels (block nb) of a block whose weight pairs provably fit int16
- * (refcg_gemm_weights.pair_safe): vpmaddubsw of the 4 input bytes broadcast and 32 weight bytes
- * (8 channels x 4 k, the packed layout as is) gives two exact int16 pair sums per channel,
- * vpmaddwd by ones their int32 sum. */
-REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t q, int32_t c, int32_t nb,
-                                   const int MR) {
-  const uint8_t* arow[REFCG_AVX2B_MR];
-  int64_t out_off[REFCG_AVX2B_MR];
+/* acc + per lane the products of 4 input bytes x (unsigned) and 4 weights w (signed), for weight pairs that
+ * provably fit int16 (refcg_gemm_weights.pair_safe): vpmaddubsw gives two exact int16 pair sums per lane,
+ * vpmaddwd by ones their int32 sum (what vpdpbusd does in one instruction: refcg_dpbusd_avxvnni). */
+REFCG_INLINE __m256i refcg_dot_pairsafe_avx2(__m256i acc, __m256i x, __m256i w) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(x, w), _mm256_set1_epi16(1)));
+}
+
+/* MR rows x 16 channels (block nb) of the packed layout as is (per k-step 32 weight bytes: 8 channels x
+ * 4 k, twice) against the 4 input bytes of each row broadcast, through dot (acc + 4-byte dot products
+ * per lane: refcg_dot_pairsafe_avx2 on pair-safe blocks, vpdpbusd on AVX-VNNI). */
+REFCG_INLINE void refcg_tile_dot_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t q, int32_t c, int32_t nb,
+                                      const int MR, __m256i (*dot)(__m256i, __m256i, __m256i)) {
+  const uint8_t* arow[REFCG_AVX2_MR_MAX];
+  int64_t out_off[REFCG_AVX2_MR_MAX];
   refcg_job_rows_at(j, q, c, MR, arow, out_off);
   __m256i acc[REFCG_AVX2_MR_MAX][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-  const __m256i ones = _mm256_set1_epi16(1);
   const int8_t* wp = j->w + (int64_t)nb * j->kp * 16;
   for (int32_t s = 0; s < j->nseg; ++s) {
     const int64_t so = j->seg_off[s];
@@ -471,29 +476,36 @@ REFCG_INLINE void refcg_tile_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2
       const __m256i w0 = _mm256_loadu_si256((const __m256i*)wp), w1 = _mm256_loadu_si256((const __m256i*)(wp + 32));
       for (int r = 0; r < MR; ++r) {
         const __m256i a = _mm256_set1_epi32(refcg_load_i32(arow[r] + so + k));
-        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a, w0), ones));
-        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a, w1), ones));
+        acc[r][0] = dot(acc[r][0], a, w0);
+        acc[r][1] = dot(acc[r][1], a, w1);
       }
     }
   }
   refcg_tile_sums_epi_avx2(j, b, out_off, acc, MR);
 }
 
-/* Rows [r0, r1) of a pair-safe block nb, REFCG_AVX2B_MR at a time; a tail of fewer rows runs
- * a kernel of its size (a dense of batch 1 computes one row, not four). */
-static __attribute__((noinline)) void refcg_rows_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0,
-                                                       int32_t r1, int32_t nb) {
+/* Rows [r0, r1) of block nb by refcg_tile_dot_avx2, MR at a time; a tail of fewer rows runs a kernel
+ * of its size (a dense of batch 1 computes one row, not MR). */
+REFCG_INLINE void refcg_rows_dot_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0, int32_t r1,
+                                      int32_t nb, const int MR, __m256i (*dot)(__m256i, __m256i, __m256i)) {
   int32_t i0 = r0, q = r0 / j->cols, c = r0 - q * j->cols;
-  for (; i0 + REFCG_AVX2B_MR <= r1; i0 += REFCG_AVX2B_MR) {
-    refcg_tile_avx2b(j, b, q, c, nb, REFCG_AVX2B_MR);
-    refcg_rows_advance(j, &q, &c, REFCG_AVX2B_MR);
+  for (; i0 + MR <= r1; i0 += MR) {
+    refcg_tile_dot_avx2(j, b, q, c, nb, MR, dot);
+    refcg_rows_advance(j, &q, &c, MR);
   }
-  switch (r1 - i0) { /* REFCG_AVX2B_MR is 4 */
-    case 3: refcg_tile_avx2b(j, b, q, c, nb, 3); break;
-    case 2: refcg_tile_avx2b(j, b, q, c, nb, 2); break;
-    case 1: refcg_tile_avx2b(j, b, q, c, nb, 1); break;
+  switch (r1 - i0) { /* MR is at most REFCG_AVX2_MR_MAX (6) */
+    case 5: refcg_tile_dot_avx2(j, b, q, c, nb, 5, dot); break;
+    case 4: refcg_tile_dot_avx2(j, b, q, c, nb, 4, dot); break;
+    case 3: refcg_tile_dot_avx2(j, b, q, c, nb, 3, dot); break;
+    case 2: refcg_tile_dot_avx2(j, b, q, c, nb, 2, dot); break;
+    case 1: refcg_tile_dot_avx2(j, b, q, c, nb, 1, dot); break;
     default: break;
   }
+}
+
+static __attribute__((noinline)) void refcg_rows_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0,
+                                                       int32_t r1, int32_t nb) {
+  refcg_rows_dot_avx2(j, b, r0, r1, nb, REFCG_AVX2B_MR, refcg_dot_pairsafe_avx2);
 }
 
 /* Jobs of few k-steps (KS of 4 bytes: 1x1 expands over 16-48 channels, a 3x3 stem over 4 padded
@@ -816,6 +828,17 @@ static int refcg_reads_a16_avx2(const refcg_gemm_job* j) {
   return 0; /* every block on vpmaddubsw */
 }
 
+/* The rows [*r0, *r1) of block nb among tiles [t0, t1) (tile t = row pair t / nblocks, block t % nblocks);
+ * 0 where there are none. */
+REFCG_INLINE int refcg_block_rows_avx2(const refcg_gemm_job* j, int64_t t0, int64_t t1, int32_t nb, int32_t* r0,
+                                       int32_t* r1) {
+  int64_t rp0, rp1;
+  refcg_rows_of_col(t0, t1, (j->n + 15) / 16, nb, &rp0, &rp1);
+  *r0 = (int32_t)rp0 * REFCG_AVX2_TABLE_MR;
+  *r1 = rp1 * REFCG_AVX2_TABLE_MR < j->m ? (int32_t)rp1 * REFCG_AVX2_TABLE_MR : j->m;
+  return rp0 < rp1;
+}
+
 /* Tiles [t0, t1), per channel block: pair-safe blocks on vpmaddubsw (refcg_rows_avx2b), short row
  * ranges on refcg_tile_avx2, the rest on widened weights (refcg_rows_avx2w). */
 static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
@@ -826,12 +849,9 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
   const int64_t nk = (int64_t)j->nseg * j->seg_len / 4;
   const int64_t nchunks = nk > REFCG_AVX2_WC ? (nk + REFCG_AVX2_WC - 1) / REFCG_AVX2_WC : 1;
   const int64_t csz = (nk + nchunks - 1) / nchunks; /* chunks of equal size */
-  for (int32_t nb = 0; nb < nblocks; ++nb) { /* tile t = rp * nblocks + nb (row pair rp) */
-    int64_t rp0, rp1;
-    refcg_rows_of_col(t0, t1, nblocks, nb, &rp0, &rp1);
-    if (rp0 >= rp1) continue;
-    const int32_t r0 = (int32_t)rp0 * REFCG_AVX2_TABLE_MR;
-    const int32_t r1 = rp1 * REFCG_AVX2_TABLE_MR < j->m ? (int32_t)rp1 * REFCG_AVX2_TABLE_MR : j->m;
+  for (int32_t nb = 0; nb < nblocks; ++nb) {
+    int32_t r0, r1;
+    if (!refcg_block_rows_avx2(j, t0, t1, nb, &r0, &r1)) continue;
     refcg_blk_avx2 b;
     refcg_blk_init_avx2(j, nb, &b);
     if (j->pair_safe && j->pair_safe[nb])
@@ -1593,35 +1613,25 @@ REFCG_INLINE __m256i refcg_dpbusd_avxvnni(__m256i acc, __m256i x, __m256i w) {
 REFCG_INLINE __m256i refcg_dpbusd_avxvnni(__m256i acc, __m256i x, __m256i w) { return _mm256_dpbusd_avx_epi32(acc, x, w); }
 #endif
 
-REFCG_INLINE void refcg_tile_avxvnni(const refcg_gemm_job* j, int32_t i0, int32_t nb,
-                                                                      const int MR) {
-  const uint8_t* arow[6];
-  int64_t out_off[6];
-  const int32_t rows = refcg_tile_rows(j, i0, MR, arow, out_off);
-  __m256i acc[6][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-  const int8_t* wp = j->w + (int64_t)nb * j->kp * 16;
-  for (int32_t s = 0; s < j->nseg; ++s) {
-    const int64_t so = j->seg_off[s];
-    for (int32_t k = 0; k < j->seg_len; k += 4, wp += 64) {
-      const __m256i w0 = _mm256_loadu_si256((const __m256i*)wp), w1 = _mm256_loadu_si256((const __m256i*)(wp + 32));
-      for (int r = 0; r < MR; ++r) {
-        const __m256i a = _mm256_set1_epi32(refcg_load_i32(arow[r] + so + k));
-        acc[r][0] = refcg_dpbusd_avxvnni(acc[r][0], a, w0);
-        acc[r][1] = refcg_dpbusd_avxvnni(acc[r][1], a, w1);
-      }
-    }
-  }
-  const int32_t c0 = nb * 16, nvalid = j->n - c0 < 16 ? j->n - c0 : 16;
-  for (int r = 0; r < rows; ++r) {
-    int32_t t[16];
-    _mm256_storeu_si256((__m256i*)t, acc[r][0]);
-    _mm256_storeu_si256((__m256i*)(t + 8), acc[r][1]);
-    refcg_epi_avx2(&j->epi, t, c0, nvalid, out_off[r]);
-  }
+#define REFCG_AVXVNNI_MR 6 /* 6 x 2 accumulators, 2 weights and the broadcast input: 15 of 16 ymm registers */
+
+static __attribute__((noinline)) void refcg_rows_avxvnni(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0,
+                                                         int32_t r1, int32_t nb) {
+  refcg_rows_dot_avx2(j, b, r0, r1, nb, REFCG_AVXVNNI_MR, refcg_dpbusd_avxvnni);
 }
 
-REFCG_DEFINE_TILES(refcg_tiles_avxvnni, refcg_tile_avxvnni, 6)
+/* Tiles [t0, t1) as AVX2 counts them (REFCG_AVX2_TABLE_MR-row units), every block on the AVX2 pair-safe
+ * tile with vpdpbusd: the same loads, epilogue and stores, one instruction per 4-byte product. */
+static void refcg_tiles_avxvnni(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
+  for (int32_t nb = 0; nb * 16 < j->n; ++nb) {
+    int32_t r0, r1;
+    if (!refcg_block_rows_avx2(j, t0, t1, nb, &r0, &r1)) continue;
+    refcg_blk_avx2 b;
+    refcg_blk_init_avx2(j, nb, &b);
+    refcg_rows_avxvnni(j, &b, r0, r1, nb);
+  }
+}
 
 /* Depthwise planes with 4 byte taps per lane (vpdpbusd ymm) on the AVX2 expand and epilogue. */
 REFCG_INLINE void refcg_dwp_blocks_avxvnni(const refcg_dwp_strip* s, const void* k, int64_t lane_off, int64_t off,
@@ -2894,7 +2904,7 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .features = REFCG_AVXVNNI_FEATURES,
     .supported = refcg_cpu_avxvnni,
     .signed_domain = 0,
-    .gemm = {.mr = 6, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL, .flips = 0, .wino = NULL,
+    .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL, .flips = 0, .wino = NULL,
              .reads_a16 = NULL},
     .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avxvnni, .pairs = 1, .quads = 0, .qmax = 4},
     .binary_rows = refcg_bin_avx2,
