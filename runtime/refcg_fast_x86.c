@@ -567,12 +567,33 @@ REFCG_INLINE void refcg_smallk_block_avx2(const uint8_t* a, const int64_t* koff,
   }
 }
 
-/* Rows [i0, i1) x blocks [0, nbk) of a group (constants b, weights wp: 4 KS vectors per block),
- * under plan; blocks two at a time, so that one pack stores both. CONTIG: one segment; else KS
- * steps over the job's segments. */
+/* The same on the packed weights as they are (2 KS vectors: per k-step channels 0-7 and 8-15, 4 bytes
+ * each) through dot (vpdpbusd on AVX-VNNI: refcg_tile_dot_avx2). */
+REFCG_INLINE void refcg_smallk_block_dot_avx2(const uint8_t* a, const int64_t* koff, const __m256i* wp, __m256i* acc,
+                                              const int KS, __m256i (*dot)(__m256i, __m256i, __m256i)) {
+  for (int k = 0; k < KS; ++k) {
+    const __m256i x = _mm256_set1_epi32(refcg_load_i32(a + koff[k]));
+    acc[0] = dot(acc[0], x, wp[2 * k]);
+    acc[1] = dot(acc[1], x, wp[2 * k + 1]);
+  }
+}
+
+/* Block v of a group's weights wp: with dot (NULL: AVX2's k-pairs, 4 KS vectors per block) or
+ * without (the packed bytes, 2 KS vectors per block). */
+REFCG_INLINE void refcg_smallk_any_avx2(const uint8_t* a, const int64_t* koff, const __m256i* wp, int32_t v, __m256i* acc,
+                                        const int KS, __m256i (*dot)(__m256i, __m256i, __m256i)) {
+  if (dot)
+    refcg_smallk_block_dot_avx2(a, koff, wp + 2 * KS * v, acc, KS, dot);
+  else
+    refcg_smallk_block_avx2(a, koff, wp + 4 * KS * v, acc, KS);
+}
+
+/* Rows [i0, i1) x blocks [0, nbk) of a group (constants b, weights wp: refcg_smallk_any_avx2), under
+ * plan; blocks two at a time, so that one pack stores both. CONTIG: one segment; else KS steps over the
+ * job's segments. */
 REFCG_INLINE void refcg_rows_smallk_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, const __m256i* wp,
                                          int32_t nbk, int32_t i0, int32_t i1, const int KS, const int CONTIG,
-                                         const int plan) {
+                                         const int plan, __m256i (*dot)(__m256i, __m256i, __m256i)) {
   int64_t koff[REFCG_AVX2_SMALLK_MAX];
   for (int k = 0; k < KS; ++k) {
     const int32_t steps = j->seg_len / 4; /* a segment's k-steps */
@@ -586,8 +607,8 @@ REFCG_INLINE void refcg_rows_smallk_avx2(const refcg_gemm_job* j, const refcg_bl
       __m256i acc[4] = {b->corr[0], b->corr[1], b->corr[0], b->corr[1]};
       uint8_t* o[2];
       for (int r = 0; r <= two; ++r) {
-        refcg_smallk_block_avx2(j->a + (int64_t)q * j->a_row_h + (int64_t)c * j->a_row_w + j->seg_off[0], koff, wp,
-                                acc + 2 * r, KS);
+        refcg_smallk_any_avx2(j->a + (int64_t)q * j->a_row_h + (int64_t)c * j->a_row_w + j->seg_off[0], koff, wp, 0,
+                              acc + 2 * r, KS, dot);
         o[r] = (uint8_t*)j->epi.out + (int64_t)q * j->o_row_h + (int64_t)c * j->o_row_w + b->c0;
         if (++c == j->cols) {
           c = 0;
@@ -607,8 +628,8 @@ REFCG_INLINE void refcg_rows_smallk_avx2(const refcg_gemm_job* j, const refcg_bl
     for (int32_t v = 0; v < nbk; v += 2, o += 32) {
       const int two = v + 1 < nbk;
       __m256i acc[4] = {b[v].corr[0], b[v].corr[1], b[v + two].corr[0], b[v + two].corr[1]};
-      refcg_smallk_block_avx2(a, koff, wp + 4 * KS * v, acc, KS);
-      if (two) refcg_smallk_block_avx2(a, koff, wp + 4 * KS * (v + 1), acc + 2, KS);
+      refcg_smallk_any_avx2(a, koff, wp, v, acc, KS, dot);
+      if (two) refcg_smallk_any_avx2(a, koff, wp, v + 1, acc + 2, KS, dot);
       for (int h = 0; h < 4; ++h) acc[h] = refcg_rq_planned_unclamped_avx2(&b[v].rq, acc[h], &b[v + (h >> 1) * two].rv[h & 1], plan);
       const __m256i bytes = refcg_pack4_avx2(acc, b[v].lo8, b[v].hi8, is_unsigned); /* a block per half */
       const int32_t n = b[v].nvalid + (two ? b[v + 1].nvalid : 0);
@@ -637,55 +658,60 @@ static int refcg_smallk_plan_avx2(const refcg_gemm_job* j, int32_t g, int32_t nb
   return plan;
 }
 
-/* Rows [i0, i1) x blocks [nb0, nb1) through refcg_rows_smallk_avx2 with KS (and CONTIG) fixed, in
+/* Rows [i0, i1) x blocks [nb0, nb1) through refcg_rows_smallk_avx2 with KS, CONTIG and DOT fixed, in
  * groups of REFCG_AVX2_SMALLK_NB blocks, the plan a constant; 0 (nothing done) where the blocks do
- * not share a vector plan. */
-#define REFCG_DEFINE_SMALLK_AVX2(KS, CONTIG)                                                                   \
-  static int refcg_smallk##KS##_avx2(const refcg_gemm_job* j, int32_t nb0, int32_t nb1, int32_t i0, int32_t i1) { \
-    refcg_blk_avx2 b[REFCG_AVX2_SMALLK_NB];                                                                    \
-    __m256i wp[REFCG_AVX2_SMALLK_NB * 4 * KS];                                                                 \
-    for (int32_t g = nb0; g < nb1; g += REFCG_AVX2_SMALLK_NB) {                                                \
-      const int32_t nbk = nb1 - g < REFCG_AVX2_SMALLK_NB ? nb1 - g : REFCG_AVX2_SMALLK_NB;                     \
-      const int plan = refcg_smallk_plan_avx2(j, g, nbk, b);                                                   \
-      if (plan == REFCG_PLAN_ANY) return 0; /* the first group: the plan is the job's */                      \
-      for (int32_t v = 0; v < nbk; ++v) refcg_pairs_w_avx2(j->w + (int64_t)(g + v) * j->kp * 16, KS, wp + 4 * KS * v); \
-      const int ks = KS, contig = CONTIG;                                                                      \
-      switch (plan) {                                                                                          \
-        case 1: REFCG_SMALLK_AVX2_CALL(1); break;                                                              \
-        case 2: REFCG_SMALLK_AVX2_CALL(2); break;                                                              \
-        case 3: REFCG_SMALLK_AVX2_CALL(3); break;                                                              \
-        case 4: REFCG_SMALLK_AVX2_CALL(4); break;                                                              \
-        default: REFCG_SMALLK_AVX2_CALL(5); break;                                                             \
-      }                                                                                                        \
-    }                                                                                                          \
-    return 1;                                                                                                  \
+ * not share a vector plan. DOT: refcg_smallk_any_avx2's (NULL: AVX2's k-pairs). */
+#define REFCG_DEFINE_SMALLK_YMM(NAME, KS, CONTIG, DOT)                                                                 \
+  static int NAME(const refcg_gemm_job* j, int32_t nb0, int32_t nb1, int32_t i0, int32_t i1) {                         \
+    refcg_blk_avx2 b[REFCG_AVX2_SMALLK_NB];                                                                            \
+    __m256i wp[REFCG_AVX2_SMALLK_NB * 4 * KS];                                                                         \
+    for (int32_t g = nb0; g < nb1; g += REFCG_AVX2_SMALLK_NB) {                                                        \
+      const int32_t nbk = nb1 - g < REFCG_AVX2_SMALLK_NB ? nb1 - g : REFCG_AVX2_SMALLK_NB;                             \
+      const int plan = refcg_smallk_plan_avx2(j, g, nbk, b);                                                           \
+      __m256i (*const dot)(__m256i, __m256i, __m256i) = DOT;                                                           \
+      if (plan == REFCG_PLAN_ANY) return 0; /* the first group: the plan is the job's */                               \
+      for (int32_t v = 0; v < nbk; ++v) {                                                                              \
+        const int8_t* w = j->w + (int64_t)(g + v) * j->kp * 16;                                                        \
+        if (dot)                                                                                                       \
+          for (int i = 0; i < 2 * KS; ++i) wp[2 * KS * v + i] = _mm256_loadu_si256((const __m256i*)(w + 32 * i));      \
+        else                                                                                                           \
+          refcg_pairs_w_avx2(w, KS, wp + 4 * KS * v);                                                                  \
+      }                                                                                                                \
+      const int ks = KS, contig = CONTIG;                                                                              \
+      switch (plan) {                                                                                                  \
+        case 1: REFCG_SMALLK_AVX2_CALL(1); break;                                                                      \
+        case 2: REFCG_SMALLK_AVX2_CALL(2); break;                                                                      \
+        case 3: REFCG_SMALLK_AVX2_CALL(3); break;                                                                      \
+        case 4: REFCG_SMALLK_AVX2_CALL(4); break;                                                                      \
+        default: REFCG_SMALLK_AVX2_CALL(5); break;                                                                     \
+      }                                                                                                                \
+    }                                                                                                                  \
+    return 1;                                                                                                          \
   }
-#define REFCG_SMALLK_AVX2_CALL(p) refcg_rows_smallk_avx2(j, b, wp, nbk, i0, i1, ks, contig, p)
-REFCG_DEFINE_SMALLK_AVX2(4, 1)
-REFCG_DEFINE_SMALLK_AVX2(6, 1)
-REFCG_DEFINE_SMALLK_AVX2(8, 1)
-REFCG_DEFINE_SMALLK_AVX2(10, 1)
-REFCG_DEFINE_SMALLK_AVX2(12, 1)
-REFCG_DEFINE_SMALLK_AVX2(9, 0) /* a 3x3 over 4 padded channels: three segments */
-#undef REFCG_SMALLK_AVX2_CALL
-#undef REFCG_DEFINE_SMALLK_AVX2
-
+#define REFCG_SMALLK_AVX2_CALL(p) refcg_rows_smallk_avx2(j, b, wp, nbk, i0, i1, ks, contig, p, dot)
 typedef int (*refcg_smallk_avx2_fn)(const refcg_gemm_job*, int32_t, int32_t, int32_t, int32_t);
+REFCG_DEFINE_SMALLK_YMM(refcg_smallk4_avx2, 4, 1, NULL)
+REFCG_DEFINE_SMALLK_YMM(refcg_smallk6_avx2, 6, 1, NULL)
+REFCG_DEFINE_SMALLK_YMM(refcg_smallk8_avx2, 8, 1, NULL)
+REFCG_DEFINE_SMALLK_YMM(refcg_smallk10_avx2, 10, 1, NULL)
+REFCG_DEFINE_SMALLK_YMM(refcg_smallk12_avx2, 12, 1, NULL)
+REFCG_DEFINE_SMALLK_YMM(refcg_smallk9_avx2, 9, 0, NULL) /* a 3x3 over 4 padded channels: three segments */
+/* by k-steps: 4, 6, 8, 10, 12 in one segment, 9 in three (refcg_smallk_pick) */
+static const refcg_smallk_avx2_fn refcg_smallks_avx2[] = {refcg_smallk4_avx2,  refcg_smallk6_avx2,
+                                                          refcg_smallk8_avx2,  refcg_smallk10_avx2,
+                                                          refcg_smallk12_avx2, refcg_smallk9_avx2};
 
-/* The row kernel for j's k-steps, or NULL: tiles (more steps, other step counts, outputs the
- * byte epilogue does not store). */
-static refcg_smallk_avx2_fn refcg_smallk_of_avx2(const refcg_gemm_job* j) {
+/* The row kernel of fns (refcg_smallks_avx2's order) for j's k-steps, or NULL: tiles (more steps, other step
+ * counts, outputs the byte epilogue does not store). */
+static refcg_smallk_avx2_fn refcg_smallk_pick(const refcg_gemm_job* j, const refcg_smallk_avx2_fn* fns) {
   if (!refcg_epi_vector_bytes(&j->epi) || j->seg_len % 4) return NULL;
   const int32_t steps = j->nseg * j->seg_len / 4;
-  if (j->nseg > 1) return steps == 9 ? refcg_smallk9_avx2 : NULL;
-  switch (steps) {
-    case 4: return refcg_smallk4_avx2;
-    case 6: return refcg_smallk6_avx2;
-    case 8: return refcg_smallk8_avx2;
-    case 10: return refcg_smallk10_avx2;
-    case 12: return refcg_smallk12_avx2;
-    default: return NULL;
-  }
+  if (j->nseg > 1) return steps == 9 ? fns[5] : NULL;
+  return steps % 2 == 0 && steps >= 4 && steps <= REFCG_AVX2_SMALLK_MAX ? fns[steps / 2 - 2] : NULL;
+}
+
+REFCG_INLINE refcg_smallk_avx2_fn refcg_smallk_of_avx2(const refcg_gemm_job* j) {
+  return refcg_smallk_pick(j, refcg_smallks_avx2);
 }
 
 /* Tiles [t0, t1) (tile t = row pair t / nblocks, block t % nblocks) through smallk: the rows whose
@@ -1620,10 +1646,24 @@ static __attribute__((noinline)) void refcg_rows_avxvnni(const refcg_gemm_job* j
   refcg_rows_dot_avx2(j, b, r0, r1, nb, REFCG_AVXVNNI_MR, refcg_dpbusd_avxvnni);
 }
 
-/* Tiles [t0, t1) as AVX2 counts them (REFCG_AVX2_TABLE_MR-row units), every block on the AVX2 pair-safe
- * tile with vpdpbusd: the same loads, epilogue and stores, one instruction per 4-byte product. */
+REFCG_DEFINE_SMALLK_YMM(refcg_smallk4_avxvnni, 4, 1, refcg_dpbusd_avxvnni)
+REFCG_DEFINE_SMALLK_YMM(refcg_smallk6_avxvnni, 6, 1, refcg_dpbusd_avxvnni)
+REFCG_DEFINE_SMALLK_YMM(refcg_smallk8_avxvnni, 8, 1, refcg_dpbusd_avxvnni)
+#undef REFCG_SMALLK_AVX2_CALL
+#undef REFCG_DEFINE_SMALLK_YMM
+/* The row kernels win where the output is wide and K short (16->96 at 112x112 1.29x, 24->144 1.07x,
+ * 32->192 1.05x over the tiles); they read a weight per vpdpbusd where the 6-row tiles read one per 6,
+ * so 10 k-steps and more, the padded 3x3 stem and 16 channels or fewer ran 0.86-0.98x: tiles. */
+static const refcg_smallk_avx2_fn refcg_smallks_avxvnni[] = {refcg_smallk4_avxvnni, refcg_smallk6_avxvnni,
+                                                             refcg_smallk8_avxvnni, NULL, NULL, NULL};
+
+/* Tiles [t0, t1) as AVX2 counts them (REFCG_AVX2_TABLE_MR-row units): few k-steps on AVX2's row
+ * kernels (refcg_smallk_tiles_avx2), every other block on the AVX2 pair-safe tile, both with
+ * vpdpbusd: the same loads, epilogue and stores, one instruction per 4-byte product. */
 static void refcg_tiles_avxvnni(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gemm_job* j = (const refcg_gemm_job*)ctx;
+  const refcg_smallk_avx2_fn smallk = j->n > 16 ? refcg_smallk_pick(j, refcg_smallks_avxvnni) : NULL;
+  if (smallk && refcg_smallk_tiles_avx2(j, smallk, t0, t1)) return;
   for (int32_t nb = 0; nb * 16 < j->n; ++nb) {
     int32_t r0, r1;
     if (!refcg_block_rows_avx2(j, t0, t1, nb, &r0, &r1)) continue;
