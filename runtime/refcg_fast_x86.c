@@ -1059,12 +1059,53 @@ REFCG_INLINE void refcg_dw_cols_pair_avx2(const refcg_dw_job* j, const uint8_t* 
   }
 }
 
+/* Row quads (j->wq, refcg_dw_quad_weights) on ymm: kernel rows [4 g, 4 g + n) of one padded column's 8
+ * channels (rows rowb bytes apart) as vpdpbusd lanes, channel c's n bytes in lane c (the rest 0): the
+ * rows' bytes interleaved pairwise (rows 0, 1 and 2, 3), then the pairs. */
+REFCG_INLINE __m256i refcg_dw_quad_col_avx2(const uint8_t* x, int64_t rowb, const int n) {
+  const __m128i r0 = _mm_loadl_epi64((const __m128i*)x);
+  if (n == 1) return _mm256_cvtepu8_epi32(r0);
+  const __m128i z = _mm_setzero_si128();
+  const __m128i r1 = _mm_loadl_epi64((const __m128i*)(x + rowb));
+  const __m128i r2 = n > 2 ? _mm_loadl_epi64((const __m128i*)(x + 2 * rowb)) : z;
+  const __m128i r3 = n > 3 ? _mm_loadl_epi64((const __m128i*)(x + 3 * rowb)) : z;
+  const __m128i p01 = _mm_unpacklo_epi8(r0, r1), p23 = _mm_unpacklo_epi8(r2, r3);
+  return _mm256_set_m128i(_mm_unpackhi_epi16(p01, p23), _mm_unpacklo_epi16(p01, p23));
+}
+
+/* The column kernel of a K x K kernel on row quads through dot (vpdpbusd): each padded column of the
+ * PX pixels built once per group of 4 kernel rows feeds every tap that reads it, one vpdpbusd for up
+ * to 4 taps where vpmaddwd did 2 (AVX-512's refcg_dwq_cols_avx512 on 8 channels). wq: the quads of
+ * channel c0, [group][kw] cp * 4 bytes apart. */
+REFCG_INLINE void refcg_dwq_cols_avx2(const refcg_dw_job* j, const uint8_t* base, int64_t rowb, const int8_t* wq,
+                                      __m256i* acc, const int K, const int PX, const int S,
+                                      __m256i (*dot)(__m256i, __m256i, __m256i)) {
+  REFCG_UNROLL
+  for (int g = 0; g < (K + 3) / 4; ++g) {
+    const int n = K - 4 * g < 4 ? K - 4 * g : 4;
+    REFCG_UNROLL
+    for (int i = 0; i < (PX - 1) * S + K; ++i) {
+      const __m256i col = refcg_dw_quad_col_avx2(base + 4 * g * rowb + (int64_t)i * j->cp, rowb, n);
+      REFCG_UNROLL
+      for (int kw = 0; kw < K; ++kw)
+        if (i >= kw && (i - kw) % S == 0 && (i - kw) / S < PX)
+          acc[(i - kw) / S] = dot(acc[(i - kw) / S], col,
+                                  _mm256_loadu_si256((const __m256i*)(wq + (int64_t)(g * K + kw) * j->cp * 4)));
+    }
+  }
+}
+
+/* PX pixels x 8 channels from c0 (nvalid valid) of one output row at out_off: on row quads through dot
+ * (wq), else on tap pairs (vw); then the requantize under plan and the stores. */
 REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base, int64_t rowb, const int16_t* vw,
-                                     int32_t c0, const refcg_rqv_avx2* r, __m256i corr, int64_t out_off, int32_t nvalid,
-                                     const int K, const int PX, const int S, const int plan) {
+                                     const int8_t* wq, int32_t c0, const refcg_rqv_avx2* r, __m256i corr, int64_t out_off,
+                                     int32_t nvalid, const int K, const int PX, const int S, const int plan,
+                                     __m256i (*dot)(__m256i, __m256i, __m256i)) {
   __m256i acc[8];
   for (int q = 0; q < PX; ++q) acc[q] = corr;
-  if (K == 3 && j->kh == 3) { /* 3x3: a row pair and a last row known (1.05-1.1x; 5x5 so 0.97x) */
+  if (dot) {
+    refcg_dwq_cols_avx2(j, base, rowb, wq, acc, K, PX, S, dot);
+  } else if (K == 3 && j->kh == 3) { /* 3x3: a row pair and a last row known (1.05-1.1x; 5x5 so 0.97x) */
     refcg_dw_cols_pair_avx2(j, base, rowb, vw, acc, 1, K, PX, S);
     refcg_dw_cols_pair_avx2(j, base + 2 * rowb, rowb, vw + 16 * K, acc, 0, K, PX, S);
   } else {
@@ -1125,7 +1166,8 @@ REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base,
 /* Pixels [ow, out_w) of one output row with refcg_dw_cols_avx2, PX at a time (refcg_dw_next). */
 #define REFCG_DW_COLS_AVX2_ROW(K, PX, S, MIN)                                                            \
   for (; ow + (PX) <= j->out_w; ow = refcg_dw_next(ow, j->out_w, PX, MIN))                               \
-    refcg_dw_cols_avx2(j, row + ow * pstride, rowb, vw, c0, r, corr, oh * j->o_h + ow * j->o_w, nvalid, K, PX, S, plan)
+  refcg_dw_cols_avx2(j, row + ow * pstride, rowb, vw, wq, c0, r, corr, oh * j->o_h + ow * j->o_w, nvalid, K, PX, S, \
+                     plan, dot)
 
 /* the pixels a row's 4-pixel steps leave: 2, then 1 at a time */
 #define REFCG_DW_COLS_AVX2_LEFT(K, S) \
@@ -1134,9 +1176,11 @@ REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base,
     REFCG_DW_COLS_AVX2_ROW(K, 1, S, 1); \
   } while (0)
 
-/* Output rows [r0, r1) of channels [c0, c0 + nvalid) with refcg_dw_cols_avx2 under plan. */
+/* Output rows [r0, r1) of channels [c0, c0 + nvalid) with refcg_dw_cols_avx2 under plan: on row quads
+ * (wq) through dot, or (dot NULL) on tap pairs (vw). */
 REFCG_INLINE void refcg_dw_cols_rows_avx2(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid,
-                                          const int16_t* vw, const refcg_rqv_avx2* r, __m256i corr, const int plan) {
+                                          const int16_t* vw, const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr,
+                                          const int plan, __m256i (*dot)(__m256i, __m256i, __m256i)) {
   const int64_t rowb = (int64_t)j->dh * j->wp * j->cp, pstride = (int64_t)j->sw * j->cp;
   for (int64_t oh = r0; oh < r1; ++oh) {
     const uint8_t* row = refcg_dw_row(j, oh * j->sh) + c0;
@@ -1145,18 +1189,28 @@ REFCG_INLINE void refcg_dw_cols_rows_avx2(const refcg_dw_job* j, int64_t r0, int
   }
 }
 
-REFCG_DEFINE_BY_PLAN(refcg_dw_cols_rows_by_plan_avx2, refcg_dw_cols_rows_avx2,
+/* The pair kernels per plan (refcg_dw_ymm's rows); AVX-VNNI's quad kernels: refcg_dwq_cols_rows_by_plan_avxvnni */
+typedef void (*refcg_dw_cols_rows_fn)(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid,
+                                      const int16_t* vw, const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr);
+REFCG_INLINE void refcg_dw_pairs_rows_avx2(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid,
+                                           const int16_t* vw, const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr,
+                                           const int plan) {
+  refcg_dw_cols_rows_avx2(j, r0, r1, c0, nvalid, vw, wq, r, corr, plan, NULL);
+}
+REFCG_DEFINE_BY_PLAN(refcg_dw_cols_rows_by_plan_avx2, refcg_dw_pairs_rows_avx2,
                      (const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid, const int16_t* vw,
-                      const refcg_rqv_avx2* r, __m256i corr),
-                     (j, r0, r1, c0, nvalid, vw, r, corr))
+                      const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr),
+                     (j, r0, r1, c0, nvalid, vw, wq, r, corr))
 
 #define REFCG_DW_COLS_AVX2_KH 8 /* kernel rows the column kernels take (the weights' stack buffer) */
 #define REFCG_DW_BATCH_AVX2 32  /* 8-channel groups whose weights are built at once (20 KB of stack) */
 #define REFCG_DW_L2_BYTES (256 << 10) /* a thread's input rows that stay in L2 (refcg_dw_avx2) */
 #define REFCG_DW_CHUNK_BYTES (24 << 10) /* input rows of a chunk past L2 (12 KB the same, 48 KB 0.97x) */
 
-static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
-  const refcg_dw_job* j = (const refcg_dw_job*)ctx;
+/* Rows [r0, r1) of the job with the column kernels of rows (per plan: refcg_dw_cols_rows_by_plan_avx2, or
+ * AVX-VNNI's on row quads where j->wq is set: quads), else the per-pixel kernel. */
+REFCG_INLINE void refcg_dw_ymm(const refcg_dw_job* j, int64_t r0, int64_t r1, const refcg_dw_cols_rows_fn* rows,
+                               const int quads) {
   /* the column kernels: 3- and 5-wide rows, stride 1 or 2, a vector requantize */
   if (!(refcg_dw_cols_fit(j) && j->kh <= REFCG_DW_COLS_AVX2_KH && j->epi.rq_vector)) {
     refcg_dw_rows(j, r0, r1, refcg_dw16_avx2, refcg_epi_avx2);
@@ -1176,7 +1230,7 @@ static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
     const int32_t ng = ngroups - g0 < REFCG_DW_BATCH_AVX2 ? ngroups - g0 : REFCG_DW_BATCH_AVX2;
     for (int32_t g = 0; g < ng; ++g) { /* the batch's weights and constants, once per call */
       const int32_t c0 = (g0 + g) * 8, nvalid = j->c - c0 < 8 ? j->c - c0 : 8;
-      for (int32_t kh = 0; kh < j->kh; kh += 2)
+      for (int32_t kh = 0; !quads && kh < j->kh; kh += 2)
         for (int32_t kw = 0; kw < j->kw; ++kw)
           for (int32_t l = 0; l < 8; ++l) {
             int16_t* d = vw[g] + ((kh / 2 * j->kw + kw) * 8 + l) * 2;
@@ -1191,10 +1245,14 @@ static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
       const int64_t q1 = r1 - q0 < chunk ? r1 : q0 + chunk;
       for (int32_t g = 0; g < ng; ++g) {
         const int32_t c0 = (g0 + g) * 8, nvalid = j->c - c0 < 8 ? j->c - c0 : 8;
-        refcg_dw_cols_rows_by_plan_avx2[plan[g]](j, q0, q1, c0, nvalid, vw[g], &rv[g], corr[g]);
+        rows[plan[g]](j, q0, q1, c0, nvalid, vw[g], quads ? j->wq + (int64_t)c0 * 4 : NULL, &rv[g], corr[g]);
       }
     }
   }
+}
+
+static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
+  refcg_dw_ymm((const refcg_dw_job*)ctx, r0, r1, refcg_dw_cols_rows_by_plan_avx2, 0);
 }
 
 /* Store 8 pixels (raw accumulators + correction) of one output row at off, n valid (o_w == 1). */
@@ -1671,6 +1729,26 @@ static void refcg_tiles_avxvnni(const void* ctx, int64_t t0, int64_t t1) {
     refcg_blk_init_avx2(j, nb, &b);
     refcg_rows_avxvnni(j, &b, r0, r1, nb);
   }
+}
+
+/* Depthwise NHWC: AVX2's column kernels on row quads (refcg_dwq_cols_avx2), one vpdpbusd for up to 4
+ * taps where vpmaddwd did 2; without quads (weights past int8, kernels not square 3x3 or 5x5) AVX2's. */
+REFCG_INLINE void refcg_dwq_rows_avxvnni(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid,
+                                         const int16_t* vw, const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr,
+                                         const int plan) {
+  refcg_dw_cols_rows_avx2(j, r0, r1, c0, nvalid, vw, wq, r, corr, plan, refcg_dpbusd_avxvnni);
+}
+REFCG_DEFINE_BY_PLAN(refcg_dwq_cols_rows_by_plan_avxvnni, refcg_dwq_rows_avxvnni,
+                     (const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid, const int16_t* vw,
+                      const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr),
+                     (j, r0, r1, c0, nvalid, vw, wq, r, corr))
+
+static void refcg_dw_avxvnni(const void* ctx, int64_t r0, int64_t r1) {
+  const refcg_dw_job* j = (const refcg_dw_job*)ctx;
+  if (j->wq)
+    refcg_dw_ymm(j, r0, r1, refcg_dwq_cols_rows_by_plan_avxvnni, 1);
+  else
+    refcg_dw_ymm(j, r0, r1, refcg_dw_cols_rows_by_plan_avx2, 0);
 }
 
 /* Depthwise planes with 4 byte taps per lane (vpdpbusd ymm) on the AVX2 expand and epilogue. */
@@ -2946,7 +3024,7 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .signed_domain = 0,
     .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL, .flips = 0, .wino = NULL,
              .reads_a16 = NULL},
-    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avxvnni, .pairs = 1, .quads = 0, .qmax = 4},
+    .dw = {.rows = refcg_dw_avxvnni, .planes = refcg_dwp_avxvnni, .pairs = 1, .quads = 1, .qmax = 4},
     .binary_rows = refcg_bin_avx2,
     .pool = refcg_pool_avx2,
     .quantize = refcg_quant_avx2,
