@@ -1189,18 +1189,20 @@ REFCG_INLINE void refcg_dw_cols_rows_avx2(const refcg_dw_job* j, int64_t r0, int
   }
 }
 
-/* The pair kernels per plan (refcg_dw_ymm's rows); AVX-VNNI's quad kernels: refcg_dwq_cols_rows_by_plan_avxvnni */
+/* NAME[plan] (refcg_dw_ymm's rows): refcg_dw_cols_rows_avx2 copied per plan with dot DOT (NULL: tap pairs) */
 typedef void (*refcg_dw_cols_rows_fn)(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid,
                                       const int16_t* vw, const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr);
-REFCG_INLINE void refcg_dw_pairs_rows_avx2(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid,
-                                           const int16_t* vw, const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr,
-                                           const int plan) {
-  refcg_dw_cols_rows_avx2(j, r0, r1, c0, nvalid, vw, wq, r, corr, plan, NULL);
-}
-REFCG_DEFINE_BY_PLAN(refcg_dw_cols_rows_by_plan_avx2, refcg_dw_pairs_rows_avx2,
-                     (const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid, const int16_t* vw,
-                      const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr),
-                     (j, r0, r1, c0, nvalid, vw, wq, r, corr))
+#define REFCG_DEFINE_DW_COLS_ROWS(NAME, DOT)                                                                     \
+  REFCG_INLINE void NAME##_dot(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid,        \
+                               const int16_t* vw, const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr,       \
+                               const int plan) {                                                                 \
+    refcg_dw_cols_rows_avx2(j, r0, r1, c0, nvalid, vw, wq, r, corr, plan, DOT);                                  \
+  }                                                                                                              \
+  REFCG_DEFINE_BY_PLAN(NAME, NAME##_dot,                                                                         \
+                       (const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid, const int16_t* vw, \
+                        const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr),                                \
+                       (j, r0, r1, c0, nvalid, vw, wq, r, corr))
+REFCG_DEFINE_DW_COLS_ROWS(refcg_dw_cols_rows_by_plan_avx2, NULL)
 
 #define REFCG_DW_COLS_AVX2_KH 8 /* kernel rows the column kernels take (the weights' stack buffer) */
 #define REFCG_DW_BATCH_AVX2 32  /* 8-channel groups whose weights are built at once (20 KB of stack) */
@@ -1733,15 +1735,8 @@ static void refcg_tiles_avxvnni(const void* ctx, int64_t t0, int64_t t1) {
 
 /* Depthwise NHWC: AVX2's column kernels on row quads (refcg_dwq_cols_avx2), one vpdpbusd for up to 4
  * taps where vpmaddwd did 2; without quads (weights past int8, kernels not square 3x3 or 5x5) AVX2's. */
-REFCG_INLINE void refcg_dwq_rows_avxvnni(const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid,
-                                         const int16_t* vw, const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr,
-                                         const int plan) {
-  refcg_dw_cols_rows_avx2(j, r0, r1, c0, nvalid, vw, wq, r, corr, plan, refcg_dpbusd_avxvnni);
-}
-REFCG_DEFINE_BY_PLAN(refcg_dwq_cols_rows_by_plan_avxvnni, refcg_dwq_rows_avxvnni,
-                     (const refcg_dw_job* j, int64_t r0, int64_t r1, int32_t c0, int32_t nvalid, const int16_t* vw,
-                      const int8_t* wq, const refcg_rqv_avx2* r, __m256i corr),
-                     (j, r0, r1, c0, nvalid, vw, wq, r, corr))
+REFCG_DEFINE_DW_COLS_ROWS(refcg_dwq_cols_rows_by_plan_avxvnni, refcg_dpbusd_avxvnni)
+#undef REFCG_DEFINE_DW_COLS_ROWS
 
 static void refcg_dw_avxvnni(const void* ctx, int64_t r0, int64_t r1) {
   const refcg_dw_job* j = (const refcg_dw_job*)ctx;
