@@ -493,9 +493,9 @@ REFCG_INLINE void refcg_rows_dot_avx2(const refcg_gemm_job* j, const refcg_blk_a
     refcg_tile_dot_avx2(j, b, q, c, nb, MR, dot);
     refcg_rows_advance(j, &q, &c, MR);
   }
-  switch (r1 - i0) { /* MR is at most REFCG_AVX2_MR_MAX (6) */
-    case 5: refcg_tile_dot_avx2(j, b, q, c, nb, 5, dot); break;
-    case 4: refcg_tile_dot_avx2(j, b, q, c, nb, 4, dot); break;
+  switch (r1 - i0) { /* MR is at most REFCG_AVX2_MR_MAX (6); no copies for tails of MR rows or more */
+    case 5: if (MR > 5) refcg_tile_dot_avx2(j, b, q, c, nb, 5, dot); break;
+    case 4: if (MR > 4) refcg_tile_dot_avx2(j, b, q, c, nb, 4, dot); break;
     case 3: refcg_tile_dot_avx2(j, b, q, c, nb, 3, dot); break;
     case 2: refcg_tile_dot_avx2(j, b, q, c, nb, 2, dot); break;
     case 1: refcg_tile_dot_avx2(j, b, q, c, nb, 1, dot); break;

@@ -9,10 +9,10 @@ import itertools
 import numpy as np
 import pytest
 
-from core_cffi import DTYPE_CODE, Core
+from core_cffi import DTYPE_CODE, Core, avxvnni_as_evex
 from refcodegen.numerics import MODES, FloatLowering, make_requantize
 
-CORE = Core(harness=True)
+CORE = Core(harness=True, avxvnni_evex=avxvnni_as_evex())  # test_core_kernels' build: one compile
 LOWERINGS = [FloatLowering(sse41, fma) for sse41 in (True, False) for fma in (True, False)]
 EXTREMES = np.array([-(2**31), -(2**31) + 1, -(2**30), -65537, -1, 0, 1, 65535, 2**30, 2**31 - 2, 2**31 - 1], np.int64)
 CHANNELS = [1, 3, 17, 24, 33]
