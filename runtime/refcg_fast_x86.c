@@ -1209,10 +1209,12 @@ REFCG_DEFINE_DW_COLS_ROWS(refcg_dw_cols_rows_by_plan_avx2, NULL)
 #define REFCG_DW_L2_BYTES (256 << 10) /* a thread's input rows that stay in L2 (refcg_dw_avx2) */
 #define REFCG_DW_CHUNK_BYTES (24 << 10) /* input rows of a chunk past L2 (12 KB the same, 48 KB 0.97x) */
 
-/* Rows [r0, r1) of the job with the column kernels of rows (per plan: refcg_dw_cols_rows_by_plan_avx2, or
- * AVX-VNNI's on row quads where j->wq is set: quads), else the per-pixel kernel. */
-REFCG_INLINE void refcg_dw_ymm(const refcg_dw_job* j, int64_t r0, int64_t r1, const refcg_dw_cols_rows_fn* rows,
-                               const int quads) {
+/* Rows [r0, r1) of the job with the column kernels, per plan: quad_rows' on row quads where the variant has
+ * them (AVX-VNNI; NULL: none) and j->wq is set, else refcg_dw_cols_rows_by_plan_avx2's on tap pairs; shapes
+ * they do not take on the per-pixel kernel. */
+REFCG_INLINE void refcg_dw_ymm(const refcg_dw_job* j, int64_t r0, int64_t r1, const refcg_dw_cols_rows_fn* quad_rows) {
+  const int quads = quad_rows && j->wq;
+  const refcg_dw_cols_rows_fn* rows = quads ? quad_rows : refcg_dw_cols_rows_by_plan_avx2;
   /* the column kernels: 3- and 5-wide rows, stride 1 or 2, a vector requantize */
   if (!(refcg_dw_cols_fit(j) && j->kh <= REFCG_DW_COLS_AVX2_KH && j->epi.rq_vector)) {
     refcg_dw_rows(j, r0, r1, refcg_dw16_avx2, refcg_epi_avx2);
@@ -1254,7 +1256,7 @@ REFCG_INLINE void refcg_dw_ymm(const refcg_dw_job* j, int64_t r0, int64_t r1, co
 }
 
 static void refcg_dw_avx2(const void* ctx, int64_t r0, int64_t r1) {
-  refcg_dw_ymm((const refcg_dw_job*)ctx, r0, r1, refcg_dw_cols_rows_by_plan_avx2, 0);
+  refcg_dw_ymm((const refcg_dw_job*)ctx, r0, r1, NULL);
 }
 
 /* Store 8 pixels (raw accumulators + correction) of one output row at off, n valid (o_w == 1). */
@@ -1739,11 +1741,7 @@ REFCG_DEFINE_DW_COLS_ROWS(refcg_dwq_cols_rows_by_plan_avxvnni, refcg_dpbusd_avxv
 #undef REFCG_DEFINE_DW_COLS_ROWS
 
 static void refcg_dw_avxvnni(const void* ctx, int64_t r0, int64_t r1) {
-  const refcg_dw_job* j = (const refcg_dw_job*)ctx;
-  if (j->wq)
-    refcg_dw_ymm(j, r0, r1, refcg_dwq_cols_rows_by_plan_avxvnni, 1);
-  else
-    refcg_dw_ymm(j, r0, r1, refcg_dw_cols_rows_by_plan_avx2, 0);
+  refcg_dw_ymm((const refcg_dw_job*)ctx, r0, r1, refcg_dwq_cols_rows_by_plan_avxvnni);
 }
 
 /* Depthwise planes with 4 byte taps per lane (vpdpbusd ymm) on the AVX2 expand and epilogue. */
