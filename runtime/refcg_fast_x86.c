@@ -669,7 +669,7 @@ static int refcg_smallk_plan_avx2(const refcg_gemm_job* j, int32_t g, int32_t nb
       const int32_t nbk = nb1 - g < REFCG_AVX2_SMALLK_NB ? nb1 - g : REFCG_AVX2_SMALLK_NB;                             \
       const int plan = refcg_smallk_plan_avx2(j, g, nbk, b);                                                           \
       __m256i (*const dot)(__m256i, __m256i, __m256i) = DOT;                                                           \
-      if (plan == REFCG_PLAN_ANY) return 0; /* the first group: the plan is the job's */                               \
+      if (REFCG_PLAN_INDEX(plan) == REFCG_PLAN_ANY) return 0; /* the first group: the job's rows take it */          \
       for (int32_t v = 0; v < nbk; ++v) {                                                                              \
         const int8_t* w = j->w + (int64_t)(g + v) * j->kp * 16;                                                        \
         if (dot)                                                                                                       \
@@ -678,13 +678,10 @@ static int refcg_smallk_plan_avx2(const refcg_gemm_job* j, int32_t g, int32_t nb
           refcg_pairs_w_avx2(w, KS, wp + 4 * KS * v);                                                                  \
       }                                                                                                                \
       const int ks = KS, contig = CONTIG;                                                                              \
-      switch (plan) {                                                                                                  \
-        case 1: REFCG_SMALLK_AVX2_CALL(1); break;                                                                      \
-        case 2: REFCG_SMALLK_AVX2_CALL(2); break;                                                                      \
-        case 3: REFCG_SMALLK_AVX2_CALL(3); break;                                                                      \
-        case 4: REFCG_SMALLK_AVX2_CALL(4); break;                                                                      \
-        default: REFCG_SMALLK_AVX2_CALL(5); break;                                                                     \
-      }                                                                                                                \
+      if (plan == REFCG_PLAN_I64_UP)                                                                                   \
+        REFCG_SMALLK_AVX2_CALL(1);                                                                                     \
+      else                                                                                                             \
+        REFCG_SMALLK_AVX2_CALL(3);                                                                                     \
     }                                                                                                                  \
     return 1;                                                                                                          \
   }
@@ -1095,6 +1092,26 @@ REFCG_INLINE void refcg_dwq_cols_avx2(const refcg_dw_job* j, const uint8_t* base
   }
 }
 
+/* The column kernels' stores but the 4-pixel pack (channel tails, other outputs, REFCG_PLAN_ANY): px pixels
+ * one at a time under any plan, out of line: inlined, the generic requantize made each kernel copy twice
+ * as large (and the x86 core's compile that much longer) for shapes and plans networks rarely take. */
+static __attribute__((noinline)) void refcg_dw_cols_store_px_avx2(const refcg_dw_job* j, const __m256i* acc,
+                                                                  const refcg_rqv_avx2* r, int32_t c0, int32_t nvalid,
+                                                                  int64_t out_off, int32_t px) {
+  const refcg_epi* e = &j->epi;
+  for (int32_t q = 0; q < px; ++q) {
+    const __m256i v = refcg_rq_planned_avx2(e->rq, acc[q], r, REFCG_PLAN_ANY);
+    const int64_t off = out_off + q * j->o_w;
+    if (e->o_c == 1 && e->out_dtype != REFCG_S32) {
+      refcg_store_bytes_avx2((uint8_t*)e->out + off + c0, v, nvalid); /* values are in range */
+    } else {
+      int32_t t[8];
+      _mm256_storeu_si256((__m256i*)t, v);
+      refcg_epi_store(e, t, c0, nvalid, off);
+    }
+  }
+}
+
 /* PX pixels x 8 channels from c0 (nvalid valid) of one output row at out_off: on row quads through dot
  * (wq), else on tap pairs (vw); then the requantize under plan and the stores. */
 REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base, int64_t rowb, const int16_t* vw,
@@ -1113,7 +1130,8 @@ REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base,
       refcg_dw_cols_pair_avx2(j, base, rowb, vw, acc, kh + 1 < j->kh, K, PX, S);
   }
   const refcg_epi* e = &j->epi;
-  if (PX % 4 == 0 && nvalid == 8 && e->o_c == 1 && (e->out_dtype == REFCG_S8 || e->out_dtype == REFCG_U8)) {
+  if (plan != REFCG_PLAN_ANY && PX % 4 == 0 && nvalid == 8 && e->o_c == 1 &&
+      (e->out_dtype == REFCG_S8 || e->out_dtype == REFCG_U8)) {
     const __m256i lo8 = _mm256_set1_epi8((char)e->rq->out_min), hi8 = _mm256_set1_epi8((char)e->rq->out_max);
     for (int q = 0; q < PX; q += 4) { /* 4 pixels: one pack, a 64-bit store each */
       __m256i v[4];
@@ -1128,17 +1146,7 @@ REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base,
     }
     return;
   }
-  for (int q = 0; q < PX; ++q) {
-    const __m256i v = refcg_rq_planned_avx2(e->rq, acc[q], r, plan);
-    const int64_t off = out_off + q * j->o_w;
-    if (e->o_c == 1 && e->out_dtype != REFCG_S32) {
-      refcg_store_bytes_avx2((uint8_t*)e->out + off + c0, v, nvalid); /* values are in range */
-    } else {
-      int32_t t[8];
-      _mm256_storeu_si256((__m256i*)t, v);
-      refcg_epi_store(e, t, c0, nvalid, off);
-    }
-  }
+  refcg_dw_cols_store_px_avx2(j, acc, r, c0, nvalid, out_off, PX);
 }
 
 /* ROW(K, PX, S, MIN) for the column kernels' shapes (refcg_dw_cols_fit): 3- or 5-wide, stride 1 or 2,
@@ -2354,6 +2362,15 @@ REFCG_INLINE void refcg_dw16_avx512(const refcg_dw_job* j, const uint8_t* base, 
   _mm512_storeu_si512(acc, a);
 }
 
+/* px pixels of 16 channels from c0 through the generic epilogue, out of line: inlined into every depthwise
+ * kernel copy, it doubled their code (see refcg_dw_cols_store_px_avx2). */
+static __attribute__((noinline)) void refcg_dw_store_px_avx512(const refcg_dw_job* j, const refcg_rqv_avx512* r,
+                                                               const __m512i* acc, int32_t c0, int64_t out_off,
+                                                               int32_t px) {
+  const int32_t nvalid = j->c - c0 < 16 ? j->c - c0 : 16;
+  for (int32_t q = 0; q < px; ++q) refcg_epi_vec_avx512(&j->epi, r, acc[q], c0, nvalid, out_off + q * j->o_w);
+}
+
 /* 16 channels x PX pixels along ow: PX independent vpdpwssd chains, weights widened and the
  * requantize constants of the 16 channels prepared once (r, corr). */
 REFCG_INLINE void refcg_dw_px_avx512(const refcg_dw_job* j, const uint8_t* base, int64_t pstride, const int32_t* wide,
@@ -2366,19 +2383,18 @@ REFCG_INLINE void refcg_dw_px_avx512(const refcg_dw_job* j, const uint8_t* base,
     for (int q = 0; q < PX; ++q)
       acc[q] = _mm512_dpwssd_epi32(acc[q], _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(base + q * pstride + toff[t]))), w);
   }
-  const int32_t nvalid = j->c - c0 < 16 ? j->c - c0 : 16;
-  for (int q = 0; q < PX; ++q) refcg_epi_vec_avx512(&j->epi, r, acc[q], c0, nvalid, out_off + q * j->o_w);
+  refcg_dw_store_px_avx512(j, r, acc, c0, out_off, PX);
 }
 
 /* The column kernels' epilogue: PX (a multiple of 4) pixels of 16 channels from c0; under a plan
  * (8-bit channels-last output, refcg_dw_plan_avx512) 4 pixels share one pack (refcg_store_4px_avx512). */
 REFCG_INLINE void refcg_dw_cols_store_avx512(const refcg_dw_job* j, const refcg_rqv_avx512* r, const __m512i* acc,
                                              int32_t c0, int64_t out_off, const int PX, const int plan) {
-  const int32_t nvalid = j->c - c0 < 16 ? j->c - c0 : 16;
   if (plan == REFCG_PLAN_ANY) {
-    for (int q = 0; q < PX; ++q) refcg_epi_vec_avx512(&j->epi, r, acc[q], c0, nvalid, out_off + q * j->o_w);
+    refcg_dw_store_px_avx512(j, r, acc, c0, out_off, PX);
     return;
   }
+  const int32_t nvalid = j->c - c0 < 16 ? j->c - c0 : 16;
   const __mmask16 mask = (__mmask16)((1u << nvalid) - 1u);
   uint8_t* out = (uint8_t*)j->epi.out + out_off + c0;
   for (int q = 0; q < PX; q += 4) {
