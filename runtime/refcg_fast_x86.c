@@ -355,38 +355,47 @@ REFCG_INLINE __m256i refcg_pack4_avx2(const __m256i* v, __m256i lo8, __m256i hi8
   return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* Requantize and store rows x block b (contiguous channels) from sum under plan (refcg_rq_planned_avx2). */
+/* Requantize and store rows x block b (16 channels, 8-bit output) from sum under plan
+ * (refcg_rq_planned_avx2): rows in pairs, one pack each. */
 REFCG_INLINE void refcg_tile_store_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, const int64_t* out_off,
                                         __m256i (*sum)[2], int32_t rows, const int plan) {
-  void* const out = j->epi.out;
-  if (b->nvalid == 16 && (j->epi.out_dtype == REFCG_S8 || j->epi.out_dtype == REFCG_U8)) { /* rows in pairs */
-    uint8_t* const o = (uint8_t*)out + b->c0;
-    for (int32_t r = 0; r < rows; r += 2) {
-      const int two = r + 1 < rows;
-      __m256i v[4];
-      for (int q = 0; q < 4; ++q) {
-        if (q < 2 || two)
-          v[q] = refcg_rq_planned_unclamped_avx2(&b->rq, _mm256_add_epi32(sum[r + q / 2][q & 1], b->corr[q & 1]),
-                                                 &b->rv[q & 1], plan);
-        else
-          v[q] = v[q - 2];
-      }
-      const __m256i bytes = refcg_pack4_avx2(v, b->lo8, b->hi8, j->epi.out_dtype == REFCG_U8); /* a row per half */
-      _mm_storeu_si128((__m128i*)(o + out_off[r]), _mm256_castsi256_si128(bytes));
-      if (two) _mm_storeu_si128((__m128i*)(o + out_off[r + 1]), _mm256_extracti128_si256(bytes, 1));
+  uint8_t* const o = (uint8_t*)j->epi.out + b->c0;
+  for (int32_t r = 0; r < rows; r += 2) {
+    const int two = r + 1 < rows;
+    __m256i v[4];
+    for (int q = 0; q < 4; ++q) {
+      if (q < 2 || two)
+        v[q] = refcg_rq_planned_unclamped_avx2(&b->rq, _mm256_add_epi32(sum[r + q / 2][q & 1], b->corr[q & 1]),
+                                               &b->rv[q & 1], plan);
+      else
+        v[q] = v[q - 2];
     }
-    return;
+    const __m256i bytes = refcg_pack4_avx2(v, b->lo8, b->hi8, j->epi.out_dtype == REFCG_U8); /* a row per half */
+    _mm_storeu_si128((__m128i*)(o + out_off[r]), _mm256_castsi256_si128(bytes));
+    if (two) _mm_storeu_si128((__m128i*)(o + out_off[r + 1]), _mm256_extracti128_si256(bytes, 1));
   }
-  const int s32 = j->epi.out_dtype == REFCG_S32;
+}
+
+/* The tile stores refcg_tile_store_avx2 does not take (channel tails, int32 or channels-apart outputs,
+ * REFCG_PLAN_ANY), row by row under any plan, out of line: inlined into every tile and tail size, the
+ * generic requantize was a third of the GEMM kernels' code, for blocks networks rarely have. */
+static __attribute__((noinline)) void refcg_tile_store_any_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b,
+                                                                const int64_t* out_off, __m256i (*sum)[2], int32_t rows) {
   for (int32_t r = 0; r < rows; ++r) {
+    if (!b->vec) {
+      int32_t t[16];
+      _mm256_storeu_si256((__m256i*)t, sum[r][0]);
+      _mm256_storeu_si256((__m256i*)(t + 8), sum[r][1]);
+      refcg_epi_avx2(&j->epi, t, b->c0, b->nvalid, out_off[r]);
+      continue;
+    }
     const int64_t off = out_off[r] + b->c0;
     for (int32_t h = 0; h < b->nh; ++h) {
-      const __m256i a = _mm256_add_epi32(sum[r][h], b->corr[h]);
-      const __m256i v = refcg_rq_planned_avx2(&b->rq, a, &b->rv[h], plan);
-      if (s32)
-        _mm256_maskstore_epi32((int*)out + off + 8 * h, b->mask[h], v);
+      const __m256i v = refcg_rq_planned_avx2(&b->rq, _mm256_add_epi32(sum[r][h], b->corr[h]), &b->rv[h], REFCG_PLAN_ANY);
+      if (j->epi.out_dtype == REFCG_S32)
+        _mm256_maskstore_epi32((int*)j->epi.out + off + 8 * h, b->mask[h], v);
       else
-        refcg_store_bytes_avx2((uint8_t*)out + off + 8 * h, v, b->nvalid - 8 * h); /* values are in range */
+        refcg_store_bytes_avx2((uint8_t*)j->epi.out + off + 8 * h, v, b->nvalid - 8 * h); /* values are in range */
     }
   }
 }
@@ -395,19 +404,18 @@ REFCG_INLINE void refcg_tile_store_avx2(const refcg_gemm_job* j, const refcg_blk
  * and 8-15 (sum[r][0], sum[r][1]): vector stores of contiguous channels. */
 REFCG_INLINE void refcg_tile_sums_epi_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, const int64_t* out_off,
                                            __m256i (*sum)[2], int32_t rows) {
-  if (!b->vec) {
-    for (int32_t r = 0; r < rows; ++r) {
-      int32_t t[16];
-      _mm256_storeu_si256((__m256i*)t, sum[r][0]);
-      _mm256_storeu_si256((__m256i*)(t + 8), sum[r][1]);
-      refcg_epi_avx2(&j->epi, t, b->c0, b->nvalid, out_off[r]);
-    }
-    return;
+  const int plan = b->vec ? REFCG_PLAN_MEET(refcg_rq_plan_avx2(&b->rq, &b->rv[0]), refcg_rq_plan_avx2(&b->rq, &b->rv[1]))
+                          : REFCG_PLAN_ANY;
+  if (REFCG_PLAN_INDEX(plan) == REFCG_PLAN_ANY || b->nvalid != 16 ||
+      (j->epi.out_dtype != REFCG_S8 && j->epi.out_dtype != REFCG_U8)) {
+    __m256i t[REFCG_AVX2_MR_MAX][2]; /* a copy: sum's address taken would keep the tiles' accumulators in memory */
+    for (int32_t r = 0; r < rows; ++r) t[r][0] = sum[r][0], t[r][1] = sum[r][1];
+    refcg_tile_store_any_avx2(j, b, out_off, t, rows);
+  } else if (plan == REFCG_PLAN_I64_UP) {
+    refcg_tile_store_avx2(j, b, out_off, sum, rows, REFCG_PLAN_I64_UP);
+  } else {
+    refcg_tile_store_avx2(j, b, out_off, sum, rows, REFCG_PLAN_F32_FMA);
   }
-  const int plan = REFCG_PLAN_MEET(refcg_rq_plan_avx2(&b->rq, &b->rv[0]), refcg_rq_plan_avx2(&b->rq, &b->rv[1]));
-#define REFCG_TILE_STORE_AVX2(p) refcg_tile_store_avx2(j, b, out_off, sum, rows, p)
-  REFCG_WITH_PLAN(plan, REFCG_TILE_STORE_AVX2);
-#undef REFCG_TILE_STORE_AVX2
 }
 
 /* The same from vpmaddwd's pair-sum accumulators (4 per row: channels 0-3, 4-7, 8-11, 12-15). */
@@ -2140,6 +2148,16 @@ REFCG_INLINE void refcg_tile_store_avx512(const refcg_gemm_job* j, const refcg_b
   }
 }
 
+/* The tile stores refcg_tile_store_avx512 does not take (other outputs, REFCG_PLAN_ANY), out of line
+ * (see refcg_tile_store_any_avx2). */
+static __attribute__((noinline)) void refcg_tile_store_any_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk,
+                                                                  __m512i (*acc)[REFCG_X512_NV], const int64_t* out_off,
+                                                                  int rows, int nv) {
+  for (int v = 0; v < nv; ++v)
+    for (int r = 0; r < rows; ++r)
+      refcg_epi_vec_avx512(&j->epi, &blk[v].r, acc[r][v], blk[v].c0, blk[v].nvalid, out_off[r]);
+}
+
 /* acc[r][v] += the k-steps of rows arow x NV blocks of weights from wp (block stride bstride); FLIP: each
  * 4 input bytes XOR j->flip4 (an input of the other dtype read in place), a vpxord per row and k-step
  * that a lone block's 6 vpdpbusd do not hide (32->16 uint8: 0.92x), so instantiated only where needed. */
@@ -2177,18 +2195,22 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx
     refcg_tile_k_avx512(j, arow, wp, bstride, acc, MR, NV, 1);
   else
     refcg_tile_k_avx512(j, arow, wp, bstride, acc, MR, NV, 0);
+  int plan = REFCG_PLAN_ANY;
   if (refcg_epi_vector_bytes(&j->epi)) { /* a row's NV blocks: one store */
-    int plan = refcg_rq_plan_avx512(&blk[0].r);
+    plan = refcg_rq_plan_avx512(&blk[0].r);
     for (int b = 1; b < NV; ++b) plan = REFCG_PLAN_MEET(plan, refcg_rq_plan_avx512(&blk[b].r));
-    /* a constant plan: unrolled over the blocks without the mode's branches, acc kept in registers */
-#define REFCG_TILE_STORE_AVX512(p) refcg_tile_store_avx512(j, blk, acc, out_off, rows, MR, NV, p)
-    REFCG_WITH_PLAN(plan, REFCG_TILE_STORE_AVX512);
-#undef REFCG_TILE_STORE_AVX512
-    return;
   }
-  for (int v = 0; v < NV; ++v)
-    for (int r = 0; r < rows; ++r)
-      refcg_epi_vec_avx512(&j->epi, &blk[v].r, acc[r][v], blk[v].c0, blk[v].nvalid, out_off[r]);
+  /* a constant plan: unrolled over the blocks without the mode's branches, acc kept in registers */
+  if (REFCG_PLAN_INDEX(plan) == REFCG_PLAN_I64_UP) {
+    refcg_tile_store_avx512(j, blk, acc, out_off, rows, MR, NV, REFCG_PLAN_I64_UP);
+  } else if (REFCG_PLAN_INDEX(plan) == REFCG_PLAN_F32_FMA) {
+    refcg_tile_store_avx512(j, blk, acc, out_off, rows, MR, NV, REFCG_PLAN_F32_FMA);
+  } else {
+    __m512i t[REFCG_X512_MR][REFCG_X512_NV]; /* a copy: acc's address taken would keep it in memory */
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < NV; ++v) t[r][v] = acc[r][v];
+    refcg_tile_store_any_avx512(j, blk, t, out_off, rows, NV);
+  }
 }
 
 /* Jobs of few k-steps (KS of 4 bytes: 1x1 expands over 16-48 channels, a 3x3 stem over 4 padded
