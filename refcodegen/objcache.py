@@ -1,7 +1,7 @@
 """An ``fcompile`` for ``export_library`` that compiles each C file once per content.
 
 Every refcg library holds the same core C file (``codegen.core_module``); the default
-``tvm.contrib.cc.create_shared`` recompiles it for every export (~3 s of g++). Passing
+``tvm.contrib.cc.create_shared`` recompiles it for every export (~35 s of g++ on x86). Passing
 ``fcompile=refcodegen.objcache.create_shared`` compiles each C/C++ source to an object keyed by
 (compiler, its version, options, source text), reuses it on the next export, and links as
 ``create_shared`` does. Same compiler, same flags, same objects: the library is the one the default
