@@ -1154,7 +1154,9 @@ REFCG_INLINE void refcg_dw_cols_avx2(const refcg_dw_job* j, const uint8_t* base,
     }
     return;
   }
-  refcg_dw_cols_store_px_avx2(j, acc, r, c0, nvalid, out_off, PX);
+  __m256i t[8]; /* a copy: acc's address taken would keep the kernel's accumulators in memory */
+  for (int q = 0; q < PX; ++q) t[q] = acc[q];
+  refcg_dw_cols_store_px_avx2(j, t, r, c0, nvalid, out_off, PX);
 }
 
 /* ROW(K, PX, S, MIN) for the column kernels' shapes (refcg_dw_cols_fit): 3- or 5-wide, stride 1 or 2,
@@ -2405,7 +2407,9 @@ REFCG_INLINE void refcg_dw_px_avx512(const refcg_dw_job* j, const uint8_t* base,
     for (int q = 0; q < PX; ++q)
       acc[q] = _mm512_dpwssd_epi32(acc[q], _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(base + q * pstride + toff[t]))), w);
   }
-  refcg_dw_store_px_avx512(j, r, acc, c0, out_off, PX);
+  __m512i t[4]; /* a copy: acc's address taken would keep the accumulators in memory */
+  for (int q = 0; q < PX; ++q) t[q] = acc[q];
+  refcg_dw_store_px_avx512(j, r, t, c0, out_off, PX);
 }
 
 /* The column kernels' epilogue: PX (a multiple of 4) pixels of 16 channels from c0; under a plan
@@ -2413,7 +2417,9 @@ REFCG_INLINE void refcg_dw_px_avx512(const refcg_dw_job* j, const uint8_t* base,
 REFCG_INLINE void refcg_dw_cols_store_avx512(const refcg_dw_job* j, const refcg_rqv_avx512* r, const __m512i* acc,
                                              int32_t c0, int64_t out_off, const int PX, const int plan) {
   if (plan == REFCG_PLAN_ANY) {
-    refcg_dw_store_px_avx512(j, r, acc, c0, out_off, PX);
+    __m512i t[8]; /* a copy: acc's address taken would keep the kernel's accumulators in memory */
+    for (int q = 0; q < PX; ++q) t[q] = acc[q];
+    refcg_dw_store_px_avx512(j, r, t, c0, out_off, PX);
     return;
   }
   const int32_t nvalid = j->c - c0 < 16 ? j->c - c0 : 16;
