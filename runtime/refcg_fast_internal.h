@@ -52,17 +52,27 @@ enum { REFCG_PLAN_ANY = 0, REFCG_PLAN_I64_UP = 1, REFCG_PLAN_F32_UP = 2 };
 /* The plans hot kernels are copied for: those of default builds, int64 UPWARD (target llvm) and float32
  * UPWARD fused (-mcpu since Haswell: sse4.1 and FMA). The others (float32 for a target without FMA,
  * float32 forced on one without sse4.1) run the REFCG_PLAN_ANY copy: every copy costs seconds of each
- * core compile (the x86 core: 71 s of gcc -O3 with six copies, 55 s with three). */
+ * core compile (the x86 core: 71 s of gcc -O3 with six copies, 55 s with three). The set is spelled
+ * here only: REFCG_PLAN_INDEX, REFCG_WITH_COPIED_PLAN and REFCG_DEFINE_BY_PLAN's copies. */
 #define REFCG_PLAN_INDEX(plan) ((plan) == REFCG_PLAN_I64_UP || (plan) == REFCG_PLAN_F32_FMA ? (plan) : REFCG_PLAN_ANY)
 
+/* CALL(p) with p the constant equal to plan, a copied plan (REFCG_PLAN_INDEX(plan) is not
+ * REFCG_PLAN_ANY): for callers that take REFCG_PLAN_ANY elsewhere (out of line). */
+#define REFCG_WITH_COPIED_PLAN(plan, CALL) \
+  do {                                     \
+    if ((plan) == REFCG_PLAN_I64_UP)       \
+      CALL(REFCG_PLAN_I64_UP);             \
+    else                                   \
+      CALL(REFCG_PLAN_F32_FMA);            \
+  } while (0)
+
 /* CALL(p) with p the constant REFCG_PLAN_INDEX(plan): one specialized copy of CALL per copied plan. */
-#define REFCG_WITH_PLAN(plan, CALL)               \
-  do {                                            \
-    switch (REFCG_PLAN_INDEX(plan)) {             \
-      case REFCG_PLAN_I64_UP: CALL(1); break;     \
-      case REFCG_PLAN_F32_FMA: CALL(3); break;    \
-      default: CALL(0); break;                    \
-    }                                             \
+#define REFCG_WITH_PLAN(plan, CALL)                 \
+  do {                                              \
+    if (REFCG_PLAN_INDEX(plan) == REFCG_PLAN_ANY)   \
+      CALL(REFCG_PLAN_ANY);                         \
+    else                                            \
+      REFCG_WITH_COPIED_PLAN(plan, CALL);           \
   } while (0)
 
 /* NAME##_p##K(ARGS): FN(ARGS, K) as a function of its own, K a constant. Where a hot loop nest takes a

@@ -411,11 +411,11 @@ REFCG_INLINE void refcg_tile_sums_epi_avx2(const refcg_gemm_job* j, const refcg_
     __m256i t[REFCG_AVX2_MR_MAX][2]; /* a copy: sum's address taken would keep the tiles' accumulators in memory */
     for (int32_t r = 0; r < rows; ++r) t[r][0] = sum[r][0], t[r][1] = sum[r][1];
     refcg_tile_store_any_avx2(j, b, out_off, t, rows);
-  } else if (plan == REFCG_PLAN_I64_UP) {
-    refcg_tile_store_avx2(j, b, out_off, sum, rows, REFCG_PLAN_I64_UP);
-  } else {
-    refcg_tile_store_avx2(j, b, out_off, sum, rows, REFCG_PLAN_F32_FMA);
+    return;
   }
+#define REFCG_TILE_STORE_AVX2(p) refcg_tile_store_avx2(j, b, out_off, sum, rows, p)
+  REFCG_WITH_COPIED_PLAN(plan, REFCG_TILE_STORE_AVX2);
+#undef REFCG_TILE_STORE_AVX2
 }
 
 /* The same from vpmaddwd's pair-sum accumulators (4 per row: channels 0-3, 4-7, 8-11, 12-15). */
@@ -686,10 +686,7 @@ static int refcg_smallk_plan_avx2(const refcg_gemm_job* j, int32_t g, int32_t nb
           refcg_pairs_w_avx2(w, KS, wp + 4 * KS * v);                                                                  \
       }                                                                                                                \
       const int ks = KS, contig = CONTIG;                                                                              \
-      if (plan == REFCG_PLAN_I64_UP)                                                                                   \
-        REFCG_SMALLK_AVX2_CALL(1);                                                                                     \
-      else                                                                                                             \
-        REFCG_SMALLK_AVX2_CALL(3);                                                                                     \
+      REFCG_WITH_COPIED_PLAN(plan, REFCG_SMALLK_AVX2_CALL);                                                            \
     }                                                                                                                  \
     return 1;                                                                                                          \
   }
@@ -2202,17 +2199,17 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx
     plan = refcg_rq_plan_avx512(&blk[0].r);
     for (int b = 1; b < NV; ++b) plan = REFCG_PLAN_MEET(plan, refcg_rq_plan_avx512(&blk[b].r));
   }
-  /* a constant plan: unrolled over the blocks without the mode's branches, acc kept in registers */
-  if (REFCG_PLAN_INDEX(plan) == REFCG_PLAN_I64_UP) {
-    refcg_tile_store_avx512(j, blk, acc, out_off, rows, MR, NV, REFCG_PLAN_I64_UP);
-  } else if (REFCG_PLAN_INDEX(plan) == REFCG_PLAN_F32_FMA) {
-    refcg_tile_store_avx512(j, blk, acc, out_off, rows, MR, NV, REFCG_PLAN_F32_FMA);
-  } else {
+  if (REFCG_PLAN_INDEX(plan) == REFCG_PLAN_ANY) {
     __m512i t[REFCG_X512_MR][REFCG_X512_NV]; /* a copy: acc's address taken would keep it in memory */
     for (int r = 0; r < MR; ++r)
       for (int v = 0; v < NV; ++v) t[r][v] = acc[r][v];
     refcg_tile_store_any_avx512(j, blk, t, out_off, rows, NV);
+    return;
   }
+  /* a constant plan: unrolled over the blocks without the mode's branches, acc kept in registers */
+#define REFCG_TILE_STORE_AVX512(p) refcg_tile_store_avx512(j, blk, acc, out_off, rows, MR, NV, p)
+  REFCG_WITH_COPIED_PLAN(plan, REFCG_TILE_STORE_AVX512);
+#undef REFCG_TILE_STORE_AVX512
 }
 
 /* Jobs of few k-steps (KS of 4 bytes: 1x1 expands over 16-48 channels, a 3x3 stem over 4 padded
