@@ -2466,27 +2466,32 @@ REFCG_INLINE __m512i refcg_dw_quad_col_avx512(const uint8_t* x, int64_t rowb, co
 /* refcg_dw_cols_avx512 for a K x K kernel on row quads: each padded column of the PX pixels is
  * built once per group of 4 kernel rows and feeds every tap that reads it (pixel q's column kw is
  * q * S + kw), one vpdpbusd for 4 taps where vpdpwssd did one. wq: the block's quad weights,
- * [group][kw]. R2 (3x3, stride and dilation 1 along H): output rows oh and oh + 1 at once, from
- * columns of their 4 input rows (row oh's weights in bytes 0-2 of a quad, row oh + 1's in bytes
- * 1-3), half the column builds per output. */
+ * [group][kw]. R2 (3x3 undilated along H, R2 its stride along H: 1 or 2): output rows oh and oh + 1
+ * at once from the columns of their 3 + R2 input rows, half (stride 1) or 3/5 (stride 2) of the column
+ * builds per output: row oh's weights in bytes 0-2 of the first quad; row oh + 1's in bytes 1-3
+ * (stride 1), or in bytes 2-3 and, its third row, byte 0 of a one-row column (stride 2). */
 REFCG_INLINE void refcg_dwq_cols_avx512(const refcg_dw_job* j, const uint8_t* base, int64_t rowb, const __m512i* wq,
                                         int32_t c0, const refcg_rqv_avx512* r, __m512i corr, int64_t out_off,
                                         const int K, const int PX, const int S, const int plan, const int R2) {
-  __m512i acc[8], acc2[8], wq2[5];
+  __m512i acc[8], acc2[8], wq2[2][5];
   for (int q = 0; q < PX; ++q) acc[q] = acc2[q] = corr;
-  for (int kw = 0; R2 && kw < K; ++kw) wq2[kw] = _mm512_slli_epi32(wq[kw], 8);
+  for (int kw = 0; R2 && kw < K; ++kw) { /* row oh + 1's weights: [0] on the first quad, [1] the one-row column */
+    wq2[0][kw] = _mm512_slli_epi32(wq[kw], 8 * R2);
+    wq2[1][kw] = _mm512_srli_epi32(wq[kw], 16);
+  }
+  const int groups = R2 ? R2 : (K + 3) / 4;
   /* unrolled completely (acc in registers): up to 19 columns x 5 taps, past GCC's default peeling */
   REFCG_UNROLL
-  for (int g = 0; g < (K + 3) / 4; ++g) {
-    const int n = R2 ? 4 : K - 4 * g < 4 ? K - 4 * g : 4;
+  for (int g = 0; g < groups; ++g) {
+    const int n = R2 ? (g ? 1 : 4) : K - 4 * g < 4 ? K - 4 * g : 4;
     REFCG_UNROLL
     for (int i = 0; i < (PX - 1) * S + K; ++i) {
       const __m512i col = refcg_dw_quad_col_avx512(base + 4 * g * rowb + (int64_t)i * j->cp, rowb, n);
       REFCG_UNROLL
       for (int kw = 0; kw < K; ++kw)
         if (i >= kw && (i - kw) % S == 0 && (i - kw) / S < PX) {
-          acc[(i - kw) / S] = _mm512_dpbusd_epi32(acc[(i - kw) / S], col, wq[g * K + kw]);
-          if (R2) acc2[(i - kw) / S] = _mm512_dpbusd_epi32(acc2[(i - kw) / S], col, wq2[kw]);
+          if (!R2 || !g) acc[(i - kw) / S] = _mm512_dpbusd_epi32(acc[(i - kw) / S], col, wq[g * K + kw]);
+          if (R2) acc2[(i - kw) / S] = _mm512_dpbusd_epi32(acc2[(i - kw) / S], col, wq2[g][kw]);
         }
     }
   }
@@ -2509,7 +2514,7 @@ REFCG_INLINE int refcg_dw_plan_avx512(const refcg_dw_job* j, const refcg_rqv_avx
     refcg_dwq_cols_avx512(j, row + ow * pstride, rowb, wq, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan, 0)
 #define REFCG_DWQ2_COLS_ROW(K, PX, S, MIN)                                                                   \
   for (; ow + (PX) <= j->out_w; ow = refcg_dw_next(ow, j->out_w, PX, MIN))                                   \
-    refcg_dwq_cols_avx512(j, row + ow * pstride, rowb, wq, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan, 1)
+    refcg_dwq_cols_avx512(j, row + ow * pstride, rowb, wq, c0, r, corr, oh * j->o_h + ow * j->o_w, K, PX, S, plan, S)
 
 /* Output rows [r0, r1) of channels [c0, c0 + 16): the column kernels (cols), epilogue under plan,
  * then 4 and 1 pixels at a time with refcg_dw_px_avx512. */
@@ -2518,19 +2523,21 @@ REFCG_INLINE void refcg_dw_rows_avx512(const refcg_dw_job* j, int64_t r0, int64_
                                        const refcg_rqv_avx512* r, __m512i corr, const int plan) {
   const int64_t rowb = (int64_t)j->dh * j->wp * j->cp, pstride = (int64_t)j->sw * j->cp;
   const int32_t taps = j->kh * j->kw;
-  const int pairs = wq && j->kh == 3 && j->kw == 3 && j->sh == 1 && j->sw == 1 && j->dh == 1;
+  const int pairs = wq && j->kh == 3 && j->kw == 3 && j->sh == j->sw && j->sh <= 2 && j->dh == 1;
   for (int64_t oh = r0; oh < r1; ++oh) {
     const uint8_t* row = refcg_dw_row(j, oh * j->sh) + c0;
     int32_t ow = 0;
     const int two = pairs && oh + 1 < r1; /* rows oh and oh + 1 (refcg_dwq_cols_avx512's R2) */
-    if (two) {
+    if (two && j->sh == 1) {
       REFCG_DW_COLS_SHAPE(REFCG_DWQ2_COLS_ROW, REFCG_DW_NO_NARROW, 1, 3, 1);
+    } else if (two) {
+      REFCG_DW_COLS_SHAPE(REFCG_DWQ2_COLS_ROW, REFCG_DW_NO_NARROW, 1, 3, 2);
     } else if (wq) { /* row quads: 3x3 and 5x5 (refcg_dw_quad_weights) */
       REFCG_DW_COLS_SHAPES(REFCG_DWQ_COLS_ROW, REFCG_DW_NO_NARROW, 1);
     } else if (cols) {
       REFCG_DW_COLS_SHAPES(REFCG_DW_COLS_ROW, REFCG_DW_NO_NARROW, 1);
     }
-    for (int32_t h = 0; h <= two; ++h, row += j->wp * j->cp) { /* pixels the column kernels left (or all) */
+    for (int32_t h = 0; h <= two; ++h, row += j->sh * j->wp * j->cp) { /* pixels the column kernels left (or all) */
       const int64_t out_off = (oh + h) * j->o_h;
       int32_t x = ow;
       for (; x + 4 <= j->out_w; x += 4)
@@ -2554,7 +2561,9 @@ static void refcg_dw_avx512(const void* ctx, int64_t r0, int64_t r1) {
     refcg_dw_rows(j, r0, r1, refcg_dw16_avx512, refcg_epi_avx512);
     return;
   }
-  /* the column-sharing kernels: 3- and 5-wide rows, stride 1 or 2, 8 then 4 pixels at a time */
+  /* the column-sharing kernels: 3- and 5-wide rows, stride 1 or 2, 8 then 4 pixels at a time. Blocks
+   * outermost, over all rows: chunks of rows that stay in L2 while every block passes them (AVX2's
+   * refcg_dw_ymm) measured 0.88-0.91x on 144@56 stride 2, 1.04x on 96@112 stride 2 (Zen 4). */
   const int cols = refcg_dw_cols_fit(j);
   int64_t toff[32];
   int32_t wide[32 * 16] __attribute__((aligned(64)));
