@@ -41,8 +41,8 @@ class KernelPlan:
         return (self.scratch[buf.index].nbytes - buf.nbytes) // 2 // 4096 * 4096
 
     def pointer(self, buf: Buffer) -> str:
-        """The C expression of ``buf``'s first byte."""
-        offset = self.offset(buf)
+        """The C expression of ``buf``'s first element."""
+        offset = self.offset(buf) + buf.halo_offset
         return f"((char*){buf.name} + {offset})" if offset else buf.name
 
 
@@ -110,23 +110,44 @@ def plan_layouts(body_fields, parsed: dict) -> dict:
     return perm
 
 
+def plan_halos(parsed: dict, perm: dict, readers: dict, outputs: set) -> dict:
+    """The halo (Buffer.halo) of each intermediate tensor a depthwise conv reads in place: written by a conv
+    (through strides), read by that padded depthwise conv alone, channels last, of channels the
+    depthwise kernels' pixels hold exactly (a multiple of 16). The producer then writes inside the halo
+    and the depthwise conv fills it with its zero point and reads the tensor as its padded copy, instead
+    of copying it into one (the copy was a fifth of MobileNetV2's depthwise time)."""
+    halos = {}
+    for call, params in parsed.items():
+        halo = getattr(params, "in_place_halo", lambda: None)()
+        if halo is None:
+            continue
+        src = call.args[0]
+        producer = parsed.get(src)
+        layout = params.layout()
+        channels_last = perm.get(src) == CHANNELS_LAST if layout == "NCHW" else layout == "NHWC" and src not in perm
+        if producer is not None and getattr(producer, "writes_strided", False) and src not in outputs and \
+                readers.get(src) == 1 and channels_last:
+            halos[src] = halo
+    return halos
+
+
 class _ScratchPool:
     """Workspace slots for intermediate tensors, reused once their last reader has run."""
 
     def __init__(self, plan: KernelPlan):
         self.plan, self.free = plan, []
 
-    def take(self, expr) -> Buffer:
+    def take(self, expr, perm=None, halo=None) -> Buffer:
         ttype = expr.checked_type
         shape, dtype = tuple(int(d) for d in ttype.shape), str(ttype.dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         if self.free:
             slot = self.free.pop()
         else:
             slot = Buffer(f"tmp{len(self.plan.scratch)}", (0,), "uint8", "scratch", len(self.plan.scratch))
             self.plan.scratch.append(slot)
-        slot.shape = (max(slot.shape[0], nbytes),)
-        return Buffer(slot.name, shape, dtype, "scratch", slot.index)
+        buf = Buffer(slot.name, shape, dtype, "scratch", slot.index, perm=perm, halo=halo)
+        slot.shape = (max(slot.shape[0], buf.nbytes),)
+        return buf
 
     def release(self, buf: Buffer):
         self.free.append(self.plan.scratch[buf.index])
@@ -162,6 +183,7 @@ def build_plan(func: relay.Function, symbol: str, target, undecided: list | None
             raise RefcgError(str(call.op.attrs["Composite"]), "composite", "no kernel planner for this composite")
         parsed[call] = family.parse(call.op.body)
     perm = plan_layouts(body_fields, parsed)
+    halos = plan_halos(parsed, perm, readers, set(body_fields))
 
     owner = {}  # a view's expr -> the expr whose buffer it reads (readers are counted there)
 
@@ -187,7 +209,7 @@ def build_plan(func: relay.Function, symbol: str, target, undecided: list | None
             root = owner[expr] = owner.get(expr.args[0], expr.args[0])
             readers[root] += readers[expr] - 1
             return view
-        dst = output_of.get(expr) or scratch.take(expr)
+        dst = output_of.get(expr) or scratch.take(expr, perm.get(expr), halos.get(expr))
         dst.perm = perm.get(expr)
         done[expr] = dst
         ask = None

@@ -523,7 +523,12 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
   const int in_place = !depthwise && (flip == 0 || isa->gemm.flips) && p->pad_top == 0 && p->pad_left == 0 && hp <= p->in_h &&
                        wp == p->in_w && p->in_stride[3] == 1 && p->in_stride[2] == cp &&
                        p->in_stride[1] == (int64_t)wp * cp;
-  /* depthwise: each task pads its own rows (refcg_dw_padded_rows) */
+  /* depthwise: each task pads its own rows (refcg_dw_padded_rows), or none when the input is its own
+   * padded copy (a producer wrote it inside a halo: refcg_fill_halo): channels-last rows of cp channels
+   * in the variant's domain, nothing to pad */
+  const int dw_in_place = depthwise && flip == 0 && p->pad_top == 0 && p->pad_left == 0 && hp <= p->in_h &&
+                          wp <= p->in_w && p->in_stride[3] == 1 && p->in_stride[2] == cp &&
+                          p->in_stride[1] == (int64_t)p->in_w * cp;
   const size_t a_bytes = (size_t)hp * wp * cp + 64;
   uint8_t* a = in_place || depthwise ? NULL : (uint8_t*)refcg_ws_alloc(a_bytes);
   if (!in_place && !depthwise && !a) return -2;
@@ -569,12 +574,18 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
     const refcg_epi epi = refcg_make_epi(&k->requant, p->out_c, corr, unpack ? (void*)rows : out, p->out_dtype,
                                          unpack ? 1 : p->out_stride[3]);
     if (depthwise) {
-      refcg_dw_job dj = {a, 0, isa->signed_domain, wp, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
+      const int32_t row_px = dw_in_place ? p->in_w : wp; /* pixels per row of what the rows read */
+      refcg_dw_job dj = {a, 0, isa->signed_domain, row_px, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
                          p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, wpair ? wpair : f->dw_w, f->dw_w, wquad, epi,
                          p->out_stride[1], p->out_stride[2], {0}};
       for (int32_t t = 0; t < p->kernel_h * p->kernel_w; ++t)
-        dj.tap_off[t] = ((int64_t)t / p->kernel_w * p->dilation_h * wp + (int64_t)t % p->kernel_w * p->dilation_w) * cp;
+        dj.tap_off[t] = ((int64_t)t / p->kernel_w * p->dilation_h * row_px + (int64_t)t % p->kernel_w * p->dilation_w) * cp;
       dj.tap_off[p->kernel_h * p->kernel_w] = dj.tap_off[p->kernel_h * p->kernel_w - 1];
+      if (dw_in_place) {
+        dj.a = (const uint8_t*)input + n * p->in_stride[0];
+        refcg_parallel(isa->dw.rows, &dj, p->out_h);
+        continue;
+      }
       int failed = 0;
       const refcg_dw_padded_job fj = {&pj, &dj, isa->dw.rows, &failed};
       refcg_parallel(refcg_dw_padded_rows, &fj, p->out_h);

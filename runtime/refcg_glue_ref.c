@@ -88,3 +88,20 @@ REFCG_API int refcg_copy_ref(const refcg_copy_params* p, const void* input, void
   }
   return 0;
 }
+
+REFCG_API int refcg_fill_halo(const refcg_halo_params* p, void* buf) {
+  const int64_t pixel = p->c, row = (int64_t)p->w * pixel;
+  for (int64_t n = 0; n < p->batch; ++n) {
+    uint8_t* image = (uint8_t*)buf + n * p->h * row;
+    for (int32_t y = 0; y < p->h; ++y) {
+      uint8_t* r = image + y * row;
+      if (y < p->top || y >= p->h - p->bottom) {
+        memset(r, p->value, (size_t)row);
+        continue;
+      }
+      memset(r, p->value, (size_t)(p->left * pixel));
+      memset(r + (p->w - p->right) * pixel, p->value, (size_t)(p->right * pixel));
+    }
+  }
+  return 0;
+}

@@ -244,10 +244,35 @@ class Buffer:
     # physical axis order chosen by the planner (plan.py): memory holds the compact tensor of shape
     # (shape[perm[0]], shape[perm[1]], ...); None is the logical order
     perm: tuple[int, ...] | None = None
+    # (top, left, bottom, right): a channels-last 4-D tensor stored inside a border of that many rows and
+    # pixels (physical axes 1 and 2), which the depthwise conv reading it fills and reads in place (plan.py)
+    halo: tuple[int, int, int, int] | None = None
 
     @property
     def physical_shape(self) -> tuple[int, ...]:
-        return self.shape if self.perm is None else tuple(self.shape[a] for a in self.perm)
+        """The tensor's axes as memory holds them (a halo's rows and pixels included)."""
+        shape = self.shape if self.perm is None else tuple(self.shape[a] for a in self.perm)
+        if self.halo is None:
+            return shape
+        top, left, bottom, right = self.halo
+        return (shape[0], shape[1] + top + bottom, shape[2] + left + right, *shape[3:])
+
+    def whole(self) -> "Buffer":
+        """The same memory as a tensor of its own: the halo's rows and pixels part of it (from the first byte)."""
+        if self.halo is None:
+            return self
+        logical = list(self.shape)
+        for position in (1, 2):
+            logical[self.perm[position] if self.perm is not None else position] = self.physical_shape[position]
+        return Buffer(self.name, tuple(logical), self.dtype, self.kind, self.index, perm=self.perm)
+
+    @property
+    def halo_offset(self) -> int:
+        """Bytes from the first byte of the memory to the tensor's first element."""
+        if self.halo is None:
+            return 0
+        strides = compact_strides(self.physical_shape)
+        return (self.halo[0] * strides[1] + self.halo[1] * strides[2]) * np.dtype(self.dtype).itemsize
 
     def physical_axis(self, axis: int) -> int:
         """Where logical ``axis`` sits in the physical order."""
@@ -265,7 +290,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+        return int(np.prod(self.physical_shape)) * np.dtype(self.dtype).itemsize
 
     @property
     def ctype(self) -> str:

@@ -79,6 +79,7 @@ class Conv2D:
     conv: relay.Call
     pad: relay.Call | None
     epilogue: Epilogue
+    writes_strided = True  # its output may be stored inside a halo (plan.plan_halos)
 
     @classmethod
     def parse(cls, root, padded: bool | None = None) -> "Conv2D":
@@ -175,6 +176,22 @@ class Conv2D:
     def layout(self) -> str:
         return str(self.conv.attrs.data_layout)
 
+    def in_place_halo(self) -> tuple[int, int, int, int] | None:
+        """(top, left, bottom, right): the border a depthwise conv (channel multiplier 1, channels a
+        multiple of 16: its kernels' pixels) reads of its input, which stored inside it is the
+        conv's padded copy (plan.plan_halos); None for other convs."""
+        attrs, layout = self.conv.attrs, str(self.conv.attrs.data_layout)
+        data = self.pad.args[0] if self.pad is not None else self.conv.args[0]  # the composite's input
+        in_dims, out_dims = layout_dims(static_shape(data), layout), layout_dims(static_shape(self.conv), layout)
+        if int(attrs.groups) != in_dims["C"] or out_dims["C"] != in_dims["C"] or in_dims["C"] % 16:
+            return None
+        top, left = (a + b for a, b in zip(_padding(attrs.padding), self.fused_pad()))
+        kernel = static_shape(self.conv.args[1])
+        kh, kw = (kernel[str(attrs.kernel_layout).index(axis)] for axis in "HW")
+        reach = [(out_dims[axis] - 1) * int(attrs.strides[i]) + (k - 1) * int(attrs.dilation[i]) + 1
+                 for i, (axis, k) in enumerate((("H", kh), ("W", kw)))]
+        return top, left, max(0, reach[0] - top - in_dims["H"]), max(0, reach[1] - left - in_dims["W"])
+
     def layout_ok(self, src_perms, dst_perm) -> bool:
         """Any layout through strides; but a depthwise conv with a channel multiplier has a fast kernel
         on planes (NCHW) only, so it keeps the logical layout."""
@@ -185,13 +202,17 @@ class Conv2D:
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
         attrs, src = self.conv.attrs, srcs[0]
         data, weight, in_zp, k_zp, _, _ = self.conv.args
-        in_dims = layout_dims(src.shape, attrs.data_layout)
+        # an input inside a halo (in_place_halo): read whole, as the padded input, once the halo is filled
+        whole = src.whole()
+        in_dims = layout_dims(whole.shape, attrs.data_layout)
         out_dims = layout_dims(dst.shape, attrs.data_layout)
         w = folded_constant(weight, "qnn.conv2d", "weight")
         packed = pack_conv2d_weight(w, attrs.kernel_layout, int(attrs.groups), in_dims["C"])
         # the fused pad and the conv's own padding both pad with the input zero point: they add up
         pad_top, pad_left = _padding(attrs.padding)
         fused_top, fused_left = self.fused_pad()
+        if src.halo is not None:
+            fused_top, fused_left = fused_top - src.halo[0], fused_left - src.halo[1]
         params = {
             "batch": in_dims["N"], "in_h": in_dims["H"], "in_w": in_dims["W"], "in_c": in_dims["C"],
             "out_h": out_dims["H"], "out_w": out_dims["W"], "out_c": out_dims["C"],
@@ -203,7 +224,7 @@ class Conv2D:
             "out_dtype": DTYPE_CODE[dst.dtype],
             "input_zp": int(const_value(in_zp)),
             "kernel_zp": int(const_value(k_zp).reshape(-1)[0]),
-            "in_stride": layout_strides(src, attrs.data_layout),
+            "in_stride": layout_strides(whole, attrs.data_layout),
             "out_stride": layout_strides(dst, attrs.data_layout),
         }
         bias = self.epilogue.bias_value("qnn.conv2d")
@@ -218,9 +239,16 @@ class Conv2D:
             "gemm": gemm, "depthwise": fast if fast is not None and gemm is None else None,
             "fast_kind": fast.kind if fast is not None else "REFCG_FAST_NONE", "fast_cp": fast.cp if fast else 0,
             "winograd": fast is not None and fast.winograd,
+            "halo": None,
         }
-        return Step(name, NAME, [src], dst, values,
-                    [Call("refcg_conv2d", ["params", "consts", "fast"], [src], dst)])
+        calls = [Call("refcg_conv2d", ["params", "consts", "fast"], [whole], dst)]
+        if src.halo is not None:
+            top, left, bottom, right = src.halo
+            values["halo"] = {"batch": in_dims["N"], "h": in_dims["H"], "w": in_dims["W"], "c": in_dims["C"],
+                              "top": top, "left": left, "bottom": bottom, "right": right,
+                              "value": params["input_zp"]}
+            calls.insert(0, Call("refcg_fill_halo", ["halo"], [], whole))
+        return Step(name, NAME, [src], dst, values, calls)
 
 
 def parse(body) -> Conv2D:

@@ -206,6 +206,17 @@ REFCG_API int refcg_copy_ref(const refcg_copy_params* p, const void* input, void
  * permutes, rows split over the threads. */
 REFCG_API int refcg_copy(const refcg_copy_params* p, const void* input, void* output);
 
+/* The halo of a channels-last 8-bit tensor (batch x h x w x c, h and w with the halo) that its producer
+ * writes inside and a depthwise conv reads in place (refcodegen/plan.py): rows [0, top) and
+ * [h - bottom, h) whole and the left / right pixels of the others set to value (the conv's input zero
+ * point), each run before that conv, since the workspace slot may have held another tensor since. */
+typedef struct {
+  int32_t batch, h, w, c, top, left, bottom, right;
+  int32_t value;
+} refcg_halo_params;
+
+REFCG_API int refcg_fill_halo(const refcg_halo_params* p, void* buf);
+
 /* Table-driven unary ops on 8-bit tensors: out[i] = table[bit pattern of in[i]] (refcodegen/lut.py). */
 typedef struct {
   int64_t size;
