@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import platform
+
 import numpy as np
 from tvm import relay
 
@@ -131,13 +133,34 @@ def plan_halos(parsed: dict, perm: dict, readers: dict, outputs: set) -> dict:
     return halos
 
 
+def _x86(target) -> bool:
+    """The build target's CPU is x86 (a target without -mtriple: this host's)."""
+    triple = str(target.attrs.get("mtriple", "")) if target is not None and "mtriple" in target.attrs else ""
+    return triple.startswith("x86_64") if triple else platform.machine() in ("x86_64", "AMD64")
+
+
+def plan_flips(halos: dict, parsed: dict, target) -> set:
+    """The int8 tensors of ``halos`` stored flipped (Buffer.flipped) for an x86 target, whose variants
+    compute in the uint8 domain: the depthwise conv reads them in place where it copied them to flip
+    each byte. Only where the writer's requantize adds its zero point as an integer (int64 numerics),
+    so that the zero point + 128 gives each value + 128 exactly (float numerics round zp + 128 apart)."""
+    if not _x86(target):
+        return set()
+    flips = set()
+    for expr in halos:
+        writer = parsed[expr]
+        if expr.checked_type.dtype == "int8" and getattr(writer, "flippable_output", lambda t: False)(target):
+            flips.add(expr)
+    return flips
+
+
 class _ScratchPool:
     """Workspace slots for intermediate tensors, reused once their last reader has run."""
 
     def __init__(self, plan: KernelPlan):
         self.plan, self.free = plan, []
 
-    def take(self, expr, perm=None, halo=None) -> Buffer:
+    def take(self, expr, perm=None, halo=None, flipped=False) -> Buffer:
         ttype = expr.checked_type
         shape, dtype = tuple(int(d) for d in ttype.shape), str(ttype.dtype)
         if self.free:
@@ -145,7 +168,7 @@ class _ScratchPool:
         else:
             slot = Buffer(f"tmp{len(self.plan.scratch)}", (0,), "uint8", "scratch", len(self.plan.scratch))
             self.plan.scratch.append(slot)
-        buf = Buffer(slot.name, shape, dtype, "scratch", slot.index, perm=perm, halo=halo)
+        buf = Buffer(slot.name, shape, dtype, "scratch", slot.index, perm=perm, halo=halo, flipped=flipped)
         slot.shape = (max(slot.shape[0], buf.nbytes),)
         return buf
 
@@ -184,6 +207,7 @@ def build_plan(func: relay.Function, symbol: str, target, undecided: list | None
         parsed[call] = family.parse(call.op.body)
     perm = plan_layouts(body_fields, parsed)
     halos = plan_halos(parsed, perm, readers, set(body_fields))
+    flips = plan_flips(halos, parsed, target)
 
     owner = {}  # a view's expr -> the expr whose buffer it reads (readers are counted there)
 
@@ -209,7 +233,7 @@ def build_plan(func: relay.Function, symbol: str, target, undecided: list | None
             root = owner[expr] = owner.get(expr.args[0], expr.args[0])
             readers[root] += readers[expr] - 1
             return view
-        dst = output_of.get(expr) or scratch.take(expr, perm.get(expr), halos.get(expr))
+        dst = output_of.get(expr) or scratch.take(expr, perm.get(expr), halos.get(expr), expr in flips)
         dst.perm = perm.get(expr)
         done[expr] = dst
         ask = None

@@ -179,45 +179,64 @@ def test_a_reshape_transpose_reshape_that_mixes_axes_is_three_copies(tmp_path, r
     assert [s.values["ops"] for s in plans[0].steps] == ["transpose", "clip"]  # the reshapes are views
 
 
-def inverted_residual(layout: str, stride: int, keras_pad: bool):
-    """uint8 (zero points 128 and 3) 1x1 expand -> depthwise 3x3 (stride 1 or 2; keras_pad: an nn.pad by
-    (0, 1) then valid, as Keras pads a stride-2 depthwise) -> 1x1 project: the expand's output lives
-    inside the depthwise conv's halo."""
+def inverted_residual(layout: str, stride: int, keras_pad: bool, dtype: str = "uint8"):
+    """1x1 expand -> depthwise 3x3 (stride 1 or 2; keras_pad: an nn.pad by (0, 1) then valid, as Keras
+    pads a stride-2 depthwise) -> 1x1 project on 8-bit tensors of dtype: the expand's output lives inside
+    the depthwise conv's halo. Returns the module, its input and the depthwise conv's input zero point."""
     from examples.networks import qconv
 
     rng = np.random.default_rng(31 + stride)
     shape = (1, 16, 14, 12) if layout == "NCHW" else (1, 14, 12, 16)  # even: stride 2 reads no bottom row
-    x = relay.var("x", shape=shape, dtype="uint8")
-    common = dict(layout=layout, per_channel=True, out_dtype="uint8", clip=(3, 255), input_scale=0.05,
-                  output_scale=0.05, weight_range=(-20, 20))
-    e = qconv(x, rng, in_c=16, out_c=32, kernel=(1, 1), padding=(0, 0), input_zp=128, output_zp=3, **common)
+    x = relay.var("x", shape=shape, dtype=dtype)
+    zp_in, zp = (128, 3) if dtype == "uint8" else (0, -125)
+    common = dict(layout=layout, per_channel=True, out_dtype=dtype, clip=(zp, np.iinfo(dtype).max),
+                  input_scale=0.05, output_scale=0.05, weight_range=(-20, 20))
+    e = qconv(x, rng, in_c=16, out_c=32, kernel=(1, 1), padding=(0, 0), input_zp=zp_in, output_zp=zp, **common)
     if keras_pad:
         widths = [(0, 0), (0, 1), (0, 1), (0, 0)] if layout == "NHWC" else [(0, 0), (0, 0), (0, 1), (0, 1)]
-        e = relay.nn.pad(e, widths, relay.const(3, "uint8"))
+        e = relay.nn.pad(e, widths, relay.const(zp, dtype))
     d = qconv(e, rng, in_c=32, out_c=32, groups=32, strides=(stride, stride), padding=(0, 0) if keras_pad else (1, 1),
-              input_zp=3, output_zp=3, **common)
-    out = qconv(d, rng, in_c=32, out_c=16, kernel=(1, 1), padding=(0, 0), input_zp=3, output_zp=128, **common)
-    return tvm.IRModule.from_expr(relay.Function([x], out)), x
+              input_zp=zp, output_zp=zp, **common)
+    out = qconv(d, rng, in_c=32, out_c=16, kernel=(1, 1), padding=(0, 0), input_zp=zp, output_zp=zp_in, **common)
+    return tvm.IRModule.from_expr(relay.Function([x], out)), x, zp
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("stride,keras_pad", [(1, False), (2, False), (2, True)])
-def test_depthwise_reads_its_input_in_place(tmp_path, rng, monkeypatch, layout, stride, keras_pad):
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_depthwise_reads_its_input_in_place(tmp_path, rng, monkeypatch, layout, stride, keras_pad, dtype):
     """The expand conv writes inside a halo of the depthwise conv's padding, the depthwise conv fills it
-    and reads the tensor as its padded copy (plan.plan_halos; refcg_conv2d's in-place depthwise rows on a
-    uint8 variant): bit-exact with TVM-only, the halo and the conv's parameters as planned."""
-    mod, x = inverted_residual(layout, stride, keras_pad)
+    and reads the tensor as its padded copy (plan.plan_halos; refcg_conv2d's in-place depthwise rows on
+    the x86 variants); an int8 one stored flipped, in their uint8 domain (plan.plan_flips): bit-exact
+    with TVM-only, the halo, the zero points and the conv's parameters as planned."""
+    mod, x, zp = inverted_residual(layout, stride, keras_pad, dtype)
     plans = capture_plans(monkeypatch)
-    inputs = {"x": random_int(rng, [int(d) for d in x.type_annotation.shape], "uint8")}
+    inputs = {"x": random_int(rng, [int(d) for d in x.type_annotation.shape], dtype)}
     compare_with_tvm(mod, inputs, tmp_path, expect_partitions=1)
     (plan,) = plans
     halos = [s.values["halo"] for s in plan.steps if s.values.get("halo")]
     want = (0, 0, 1, 1) if keras_pad else (1, 1, 1 if stride == 1 else 0, 1 if stride == 1 else 0)
-    assert [(h["top"], h["left"], h["bottom"], h["right"], h["value"]) for h in halos] == [(*want, 3)], halos
-    expand, depthwise = plan.steps[0], plan.steps[1]
-    assert expand.output.halo == want and depthwise.values["params"]["pad_top"] == 0
+    flip = dtype == "int8"  # the test host is x86 and llvm requantizes in int64
+    assert [(h["top"], h["left"], h["bottom"], h["right"], h["value"]) for h in halos] == [(*want, zp + 128 * flip)]
+    expand, depthwise, project = plan.steps
+    assert expand.output.halo == want and expand.output.flipped == flip and depthwise.values["params"]["pad_top"] == 0
+    assert expand.values["requant"].output_zp == zp + 128 * flip == depthwise.values["params"]["input_zp"]
+    assert not depthwise.output.flipped and project.values["params"]["input_zp"] == zp
     assert [call.entry for call in depthwise.calls] == ["refcg_fill_halo", "refcg_conv2d"]
     h, w = 14 + want[0] + want[2], 12 + want[1] + want[3]
     stride_hw = [32 * w, 32]  # the halo's rows and pixels included
     assert depthwise.values["params"]["in_h"] == h and depthwise.values["params"]["in_w"] == w
     assert expand.values["params"]["out_stride"][1:3] == stride_hw == depthwise.values["params"]["in_stride"][1:3]
+
+
+def test_float_numerics_keep_int8_unflipped(tmp_path, rng, monkeypatch):
+    """A float32 requantize (an -mcpu build) rounds zero point + 128 apart from + 128: the int8 tensor in
+    the halo stays int8 (the depthwise conv copies it to flip), bit-exact all the same."""
+    mod, x, zp = inverted_residual("NHWC", 1, False, "int8")
+    plans = capture_plans(monkeypatch)
+    inputs = {"x": random_int(rng, [int(d) for d in x.type_annotation.shape], "int8")}
+    compare_with_tvm(mod, inputs, tmp_path, target="llvm -mcpu=haswell", expect_partitions=1,
+                     partition_target=True)
+    (plan,) = plans
+    assert plan.steps[0].output.halo == (1, 1, 1, 1) and not plan.steps[0].output.flipped
+    assert plan.steps[1].values["halo"]["value"] == zp

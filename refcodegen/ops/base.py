@@ -247,6 +247,9 @@ class Buffer:
     # (top, left, bottom, right): a channels-last 4-D tensor stored inside a border of that many rows and
     # pixels (physical axes 1 and 2), which the depthwise conv reading it fills and reads in place (plan.py)
     halo: tuple[int, int, int, int] | None = None
+    # int8 values stored as uint8 (each + 128, the byte ^ 0x80), the domain of the x86 variants: a tensor
+    # the depthwise conv reading it in place would otherwise copy to flip (plan.plan_flips)
+    flipped: bool = False
 
     @property
     def physical_shape(self) -> tuple[int, ...]:

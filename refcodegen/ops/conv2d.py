@@ -1,6 +1,7 @@
 """refcg.conv2d: ``nn.pad? -> qnn.conv2d -> bias? -> qnn.requantize? -> clip? -> cast?`` (runtime refcg_conv2d)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -8,7 +9,7 @@ import numpy as np
 from tvm import relay
 from tvm.relay.dataflow_pattern import is_constant, is_op, wildcard
 
-from ..numerics import DTYPE_RANGE
+from ..numerics import DTYPE_RANGE, MODES
 from ..packing import pack_conv2d_fast, pack_conv2d_weight
 from ..stagewise import conv_stagewise
 from .base import (DTYPE_CODE, INT32_MAX, QUANT_DTYPES, Call, Step, check_elements, check_scale, check_zero_point,
@@ -17,6 +18,7 @@ from .base import (DTYPE_CODE, INT32_MAX, QUANT_DTYPES, Call, Step, check_elemen
 from .epilogue import Epilogue, bias_of, float_conversion_reason, requantize_of
 
 NAME = "conv2d"
+FLIPPABLE_MODES = (MODES[("UPWARD", "int64")], MODES[("TONEAREST", "int64")])  # zero point added as an integer
 NEON_REQUANTIZE = True  # TVM-only may round its requantize with NEON on aarch64: plan takes ``ask``
 LAYOUTS = {("NCHW", "OIHW"), ("NHWC", "HWIO"), ("NHWC", "HWOI")}
 # int16: TVM 0.19 computes it in int16 (wrapping) or in int32 then narrows; both equal int32 wrapped
@@ -176,6 +178,11 @@ class Conv2D:
     def layout(self) -> str:
         return str(self.conv.attrs.data_layout)
 
+    def flippable_output(self, target) -> bool:
+        """Its int8 output can be stored flipped (plan.plan_flips): requantized in int64 numerics."""
+        rq = self.epilogue.requant(target)
+        return self.epilogue.requantize is not None and rq.mode in FLIPPABLE_MODES
+
     def in_place_halo(self) -> tuple[int, int, int, int] | None:
         """(top, left, bottom, right): the border a depthwise conv (channel multiplier 1, channels a
         multiple of 16: its kernels' pixels) reads of its input, which stored inside it is the
@@ -220,20 +227,22 @@ class Conv2D:
             "stride_h": int(attrs.strides[0]), "stride_w": int(attrs.strides[1]),
             "dilation_h": int(attrs.dilation[0]), "dilation_w": int(attrs.dilation[1]),
             "pad_top": pad_top + fused_top, "pad_left": pad_left + fused_left, "groups": int(attrs.groups),
-            "in_dtype": DTYPE_CODE[dtype_of(data)], "w_dtype": DTYPE_CODE[str(w.dtype)],
-            "out_dtype": DTYPE_CODE[dst.dtype],
-            "input_zp": int(const_value(in_zp)),
+            "in_dtype": DTYPE_CODE["uint8" if src.flipped else dtype_of(data)], "w_dtype": DTYPE_CODE[str(w.dtype)],
+            "out_dtype": DTYPE_CODE["uint8" if dst.flipped else dst.dtype],
+            "input_zp": int(const_value(in_zp)) + (128 if src.flipped else 0),
             "kernel_zp": int(const_value(k_zp).reshape(-1)[0]),
             "in_stride": layout_strides(whole, attrs.data_layout),
             "out_stride": layout_strides(dst, attrs.data_layout),
         }
         bias = self.epilogue.bias_value("qnn.conv2d")
+        rq = self.epilogue.requant(target, ask, conv_stagewise(target, self.conv) is not None)
         # int16 (accumulator or requantized): the C core's fast epilogues store int8/uint8/int32 only
-        fast = pack_conv2d_fast(packed, params, dtype_of(data), bias) if dst.dtype != "int16" else None
+        fast = pack_conv2d_fast(packed, params, "uint8" if src.flipped else dtype_of(data), bias) \
+            if dst.dtype != "int16" else None
         gemm = fast.gemm if fast is not None else None
         values = {
             "params": params, "bias": bias,
-            "requant": self.epilogue.requant(target, ask, conv_stagewise(target, self.conv) is not None),
+            "requant": flipped(rq) if dst.flipped else rq,
             # the reference layout is not stored when every variant (scalar included) runs the packed GEMM
             "weight": packed if gemm is None else None,
             "gemm": gemm, "depthwise": fast if fast is not None and gemm is None else None,
@@ -249,6 +258,13 @@ class Conv2D:
                               "value": params["input_zp"]}
             calls.insert(0, Call("refcg_fill_halo", ["halo"], [], whole))
         return Step(name, NAME, [src], dst, values, calls)
+
+
+def flipped(rq):
+    """rq for an output stored flipped (Buffer.flipped): each value + 128, exact where the zero point is
+    added as an integer (FLIPPABLE_MODES)."""
+    assert rq.mode in FLIPPABLE_MODES, rq.mode
+    return dataclasses.replace(rq, output_zp=rq.output_zp + 128, out_min=rq.out_min + 128, out_max=rq.out_max + 128)
 
 
 def parse(body) -> Conv2D:
