@@ -7,9 +7,8 @@ ready values its template renders. ``emit.py`` turns the plan into C.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import platform
+from dataclasses import dataclass, field
 
 import numpy as np
 from tvm import relay
