@@ -516,19 +516,18 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
   const int in_signed = p->in_dtype == REFCG_S8;
   const uint8_t flip = in_signed == isa->signed_domain ? 0 : 0x80;
   const int depthwise = f->kind == REFCG_FAST_DEPTHWISE;
-  /* The GEMM tiles read the input in place when the padded copy would equal it: nothing to pad,
-   * bytes already in the variant's domain (or tiles that flip them as they read: AVX-512, where the
-   * copy was a sixth of a 1x1 conv with large K and few channels out), pixels of exactly cp channels
-   * in contiguous rows (a 1x1 conv on a channels-last tensor). The tiles read 4 bytes at a time below kw * cp. */
-  const int in_place = !depthwise && (flip == 0 || isa->gemm.flips) && p->pad_top == 0 && p->pad_left == 0 && hp <= p->in_h &&
-                       wp == p->in_w && p->in_stride[3] == 1 && p->in_stride[2] == cp &&
-                       p->in_stride[1] == (int64_t)wp * cp;
+  /* The input is its own padded copy: nothing to pad (every row and pixel the taps reach lies inside it),
+   * pixels of exactly cp channels in contiguous channels-last rows. */
+  const int unpadded = p->pad_top == 0 && p->pad_left == 0 && hp <= p->in_h && wp <= p->in_w &&
+                       p->in_stride[3] == 1 && p->in_stride[2] == cp && p->in_stride[1] == (int64_t)p->in_w * cp;
+  /* The GEMM tiles read such an input in place where its rows are as wide as the padded copy's (a 1x1
+   * conv on a channels-last tensor), bytes already in the variant's domain (or tiles that flip them as
+   * they read: AVX-512, where the copy was a sixth of a 1x1 conv with large K and few channels out). The
+   * tiles read 4 bytes at a time below kw * cp. */
+  const int in_place = !depthwise && (flip == 0 || isa->gemm.flips) && unpadded && wp == p->in_w;
   /* depthwise: each task pads its own rows (refcg_dw_padded_rows), or none when the input is its own
-   * padded copy (a producer wrote it inside a halo: refcg_fill_halo): channels-last rows of cp channels
-   * in the variant's domain, nothing to pad */
-  const int dw_in_place = depthwise && flip == 0 && p->pad_top == 0 && p->pad_left == 0 && hp <= p->in_h &&
-                          wp <= p->in_w && p->in_stride[3] == 1 && p->in_stride[2] == cp &&
-                          p->in_stride[1] == (int64_t)p->in_w * cp;
+   * padded copy in the variant's domain (a producer wrote it inside a halo: refcg_fill_halo) */
+  const int dw_in_place = depthwise && flip == 0 && unpadded;
   const size_t a_bytes = (size_t)hp * wp * cp + 64;
   uint8_t* a = in_place || depthwise ? NULL : (uint8_t*)refcg_ws_alloc(a_bytes);
   if (!in_place && !depthwise && !a) return -2;

@@ -180,8 +180,7 @@ class Conv2D:
 
     def flippable_output(self, target) -> bool:
         """Its int8 output can be stored flipped (plan.plan_flips): requantized in int64 numerics."""
-        rq = self.epilogue.requant(target)
-        return self.epilogue.requantize is not None and rq.mode in FLIPPABLE_MODES
+        return self.epilogue.requantize is not None and self.epilogue.requant(target).mode in FLIPPABLE_MODES
 
     def in_place_halo(self) -> tuple[int, int, int, int] | None:
         """(top, left, bottom, right): the border a depthwise conv (channel multiplier 1, channels a
@@ -220,6 +219,7 @@ class Conv2D:
         fused_top, fused_left = self.fused_pad()
         if src.halo is not None:
             fused_top, fused_left = fused_top - src.halo[0], fused_left - src.halo[1]
+        in_dtype = "uint8" if src.flipped else dtype_of(data)  # a flipped input: int8 + 128 (Buffer.flipped)
         params = {
             "batch": in_dims["N"], "in_h": in_dims["H"], "in_w": in_dims["W"], "in_c": in_dims["C"],
             "out_h": out_dims["H"], "out_w": out_dims["W"], "out_c": out_dims["C"],
@@ -227,7 +227,7 @@ class Conv2D:
             "stride_h": int(attrs.strides[0]), "stride_w": int(attrs.strides[1]),
             "dilation_h": int(attrs.dilation[0]), "dilation_w": int(attrs.dilation[1]),
             "pad_top": pad_top + fused_top, "pad_left": pad_left + fused_left, "groups": int(attrs.groups),
-            "in_dtype": DTYPE_CODE["uint8" if src.flipped else dtype_of(data)], "w_dtype": DTYPE_CODE[str(w.dtype)],
+            "in_dtype": DTYPE_CODE[in_dtype], "w_dtype": DTYPE_CODE[str(w.dtype)],
             "out_dtype": DTYPE_CODE["uint8" if dst.flipped else dst.dtype],
             "input_zp": int(const_value(in_zp)) + (128 if src.flipped else 0),
             "kernel_zp": int(const_value(k_zp).reshape(-1)[0]),
@@ -237,8 +237,7 @@ class Conv2D:
         bias = self.epilogue.bias_value("qnn.conv2d")
         rq = self.epilogue.requant(target, ask, conv_stagewise(target, self.conv) is not None)
         # int16 (accumulator or requantized): the C core's fast epilogues store int8/uint8/int32 only
-        fast = pack_conv2d_fast(packed, params, "uint8" if src.flipped else dtype_of(data), bias) \
-            if dst.dtype != "int16" else None
+        fast = pack_conv2d_fast(packed, params, in_dtype, bias) if dst.dtype != "int16" else None
         gemm = fast.gemm if fast is not None else None
         values = {
             "params": params, "bias": bias,
