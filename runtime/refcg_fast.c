@@ -754,9 +754,16 @@ REFCG_API int refcg_requantize(const refcg_requantize_params* p, const void* inp
 
 REFCG_API int refcg_lut(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output) {
   const refcg_isa_config* isa = refcg_isa_current();
-  if (!isa->lut || p->size < 1) return refcg_lut_ref(p, table, input, output);
-  const refcg_lut_job j = {table, (const uint8_t*)input, (uint8_t*)output, p->size};
-  refcg_parallel(isa->lut, &j, (p->size + REFCG_BIN_CHUNK - 1) / REFCG_BIN_CHUNK);
+  int64_t row_len, stride;
+  if (!isa->lut || p->size < 1 || !refcg_lut_rows(p, &row_len, &stride)) return refcg_lut_ref(p, table, input, output);
+  uint8_t flipped[256];
+  if (p->out_xor) { /* the kernels look up a table with the flip in it */
+    for (int i = 0; i < 256; ++i) flipped[i] = table[i] ^ p->out_xor;
+    table = flipped;
+  }
+  const int64_t chunks = (row_len + REFCG_BIN_CHUNK - 1) / REFCG_BIN_CHUNK;
+  const refcg_lut_job j = {table, (const uint8_t*)input, (uint8_t*)output, row_len, stride, chunks};
+  refcg_parallel(isa->lut, &j, p->size / row_len * chunks);
   return 0;
 }
 

@@ -849,13 +849,25 @@ REFCG_INLINE void refcg_reduce_run_chunks(const refcg_reduce_job* j, int64_t t0,
   }
 }
 
-/* ---- 256-entry table lookups (refcg_lut_params): chunks of REFCG_BIN_CHUNK bytes ---- */
+/* ---- 256-entry table lookups (refcg_lut_params): chunks of REFCG_BIN_CHUNK bytes of each output row ---- */
 typedef struct {
-  const uint8_t* table;
+  const uint8_t* table; /* out_xor applied */
   const uint8_t* in;
   uint8_t* out;
-  int64_t size;
+  int64_t row_len, out_stride, chunks; /* chunks per row */
 } refcg_lut_job;
+
+/* A variant's lookup of n contiguous bytes. */
+typedef void (*refcg_lut_bytes_fn)(const uint8_t* table, const uint8_t* in, uint8_t* out, int64_t n);
+
+/* Tasks [t0, t1) of j (task t: chunk t % chunks of row t / chunks) through bytes. */
+REFCG_INLINE void refcg_lut_tasks(const refcg_lut_job* j, int64_t t0, int64_t t1, refcg_lut_bytes_fn bytes) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t row = t / j->chunks, i0 = t % j->chunks * REFCG_BIN_CHUNK;
+    const int64_t n = j->row_len - i0 < REFCG_BIN_CHUNK ? j->row_len - i0 : REFCG_BIN_CHUNK;
+    bytes(j->table, j->in + row * j->row_len + i0, j->out + row * j->out_stride + i0, n);
+  }
+}
 
 /* Task t's elements [*i0, *i1) of its row; returns the row. */
 REFCG_INLINE int64_t refcg_rq_chunk(const refcg_rq_job* j, int64_t t, int64_t* i0, int64_t* i1) {
@@ -932,14 +944,24 @@ REFCG_INLINE int32_t refcg_pool_count(int32_t o, int32_t stride, int32_t pad, in
   return n;
 }
 
+/* The input bounds refcg_pool_count counts an average's taps inside: the input, or with its padding. */
+REFCG_INLINE void refcg_pool_bounds(const refcg_pool2d_params* p, int32_t* lo_h, int32_t* hi_h, int32_t* lo_w,
+                                    int32_t* hi_w) {
+  const int32_t incl = p->is_avg && p->count_include_pad;
+  *lo_h = incl ? -p->pad_top : 0;
+  *hi_h = incl ? p->in_h + p->pad_bottom : p->in_h;
+  *lo_w = incl ? -p->pad_left : 0;
+  *hi_w = incl ? p->in_w + p->pad_right : p->in_w;
+}
+
 REFCG_INLINE void refcg_pool_planes(const refcg_pool_job* j, int64_t q0, int64_t q1) {
   const refcg_pool2d_params* p = j->p;
   uint8_t row[REFCG_DWP_ROW], phases[REFCG_DWP_ROW];
   uint32_t acc[REFCG_POOL_MAX_W];
   float colw[REFCG_POOL_MAX_W]; /* avg: taps per output column */
   const int32_t ow_n = p->out_w, sw = p->stride_w, avg = p->is_avg, pw = j->phase_w;
-  const int32_t lo_w = avg && p->count_include_pad ? -p->pad_left : 0;
-  const int32_t hi_w = avg && p->count_include_pad ? p->in_w + p->pad_right : p->in_w;
+  int32_t lo_h, hi_h, lo_w, hi_w;
+  refcg_pool_bounds(p, &lo_h, &hi_h, &lo_w, &hi_w);
   for (int32_t ow = 0; ow < ow_n; ++ow)
     colw[ow] = (float)refcg_pool_count(ow, sw, p->pad_left, p->kernel_w, p->dilation_w, lo_w, hi_w);
   const uint32_t bias = j->flip ? 128u * (uint32_t)(p->kernel_h * p->kernel_w) : 0u;
@@ -967,8 +989,6 @@ REFCG_INLINE void refcg_pool_planes(const refcg_pool_job* j, int64_t q0, int64_t
       }
       const int64_t o = obase + oh * p->out_stride[1];
       if (avg) { /* sum / count truncated: float32 division is exact here (|sum| < 2^24) */
-        const int32_t lo_h = p->count_include_pad ? -p->pad_top : 0;
-        const int32_t hi_h = p->count_include_pad ? p->in_h + p->pad_bottom : p->in_h;
         const float rows = (float)refcg_pool_count(oh, p->stride_h, p->pad_top, p->kernel_h, p->dilation_h, lo_h, hi_h);
         for (int32_t ow = 0; ow < ow_n; ++ow) {
           const float count = rows * colw[ow];
@@ -988,12 +1008,8 @@ REFCG_INLINE void refcg_pool_planes(const refcg_pool_job* j, int64_t q0, int64_t
   }
 }
 
-/* Max / avg pool of a channels-last input (channel stride 1), output rows [r0, r1) of n * out_h + oh:
- * per pixel the valid taps' channel runs combined, REFCG_POOL_CB channels at a time in loops the
- * section's ISA vectorizes: a max of bytes in the unsigned domain (int8 XOR 0x80, where the dtype
- * minimum is 0), or int32 sums divided as refcg_pool_planes divides them. The output is stored at its
- * channel stride (1: channels last; else the planes of a layout change). */
-#define REFCG_POOL_CB 256
+/* ---- pools of a channels-last input (channel stride 1); tasks are output rows n * out_h + oh ---- */
+#define REFCG_POOL_CB 256 /* channels per pass of refcg_pool_pixel */
 
 /* The statement (the variadic part) for each tap of output pixel (oh, ow) of pool p inside the
  * input, with x the tap's pixel (channel 0) in image in. */
@@ -1009,72 +1025,155 @@ REFCG_INLINE void refcg_pool_planes(const refcg_pool_job* j, int64_t q0, int64_t
     }                                                                                           \
   }
 
-REFCG_INLINE void refcg_pool_nhwc(const refcg_pool_job* j, int64_t r0, int64_t r1) {
+/* The taps of a kernel the vector pixel kernels take: a list of them per pixel; an average's |sum|
+ * <= taps * 255 fits int16 lanes. */
+#define REFCG_POOL_VEC_TAPS 128
+
+/* The vector kernels' average: trunc(sum * (1 / div) + copysign(REFCG_POOL_AWAY, sum)) in float32, no
+ * division. |sum / div| <= 255 (div counts at least the taps summed), so the product is within 2^-15
+ * of the quotient, whose fraction is 0 or at least 1 / div >= 2^-7 from either integer: the truncation
+ * is C's truncating sum / div, what refcg_pool_pixel's float division gives. */
+#define REFCG_POOL_AWAY (1.0f / 1024.0f) /* 2^-10 */
+
+/* One output pixel of a channels-last pool. */
+typedef struct {
+  const uint8_t* image;
+  int32_t oh, ow;
+  const uint8_t* in;   /* taps[t] bytes from in: its taps inside the input (ntaps; none past REFCG_POOL_VEC_TAPS) */
+  const int64_t* taps;
+  int32_t ntaps;
+  uint8_t* out;        /* its channel 0 (a byte address) */
+  float div;           /* an average's divisor: its tap count, 1 where there is none */
+} refcg_pool_px;
+typedef void (*refcg_pool_pixel_fn)(const refcg_pool_job* j, const refcg_pool_px* px);
+
+/* pixel(j, px) for each output pixel of rows [r0, r1) (n * out_h + oh) of a channels-last pool. A
+ * window inside the input shares one tap list (offsets from its first tap); one at the border gets
+ * the list of its taps inside. */
+REFCG_INLINE void refcg_pool_pixels(const refcg_pool_job* j, int64_t r0, int64_t r1, refcg_pool_pixel_fn pixel) {
   const refcg_pool2d_params* p = j->p;
-  const int32_t avg = p->is_avg, s8 = p->in_dtype == REFCG_S8, incl = avg && p->count_include_pad;
-  const int32_t lo_h = incl ? -p->pad_top : 0, hi_h = incl ? p->in_h + p->pad_bottom : p->in_h;
-  const int32_t lo_w = incl ? -p->pad_left : 0, hi_w = incl ? p->in_w + p->pad_right : p->in_w;
-  const uint8_t flip = j->flip;
-  int32_t acc[REFCG_POOL_CB];
-  uint8_t top[REFCG_POOL_CB];
+  const int64_t es = p->out_dtype == REFCG_S32 ? 4 : 1, rs = p->in_stride[1], ps = p->in_stride[2];
+  const int32_t kh = p->kernel_h, kw = p->kernel_w, list = kh * kw <= REFCG_POOL_VEC_TAPS;
+  const int32_t reach_h = (kh - 1) * p->dilation_h, reach_w = (kw - 1) * p->dilation_w;
+  int32_t lo_h, hi_h, lo_w, hi_w;
+  refcg_pool_bounds(p, &lo_h, &hi_h, &lo_w, &hi_w);
+  int64_t window[REFCG_POOL_VEC_TAPS], border[REFCG_POOL_VEC_TAPS];
+  for (int32_t t = 0; list && t < kh * kw; ++t) window[t] = t / kw * p->dilation_h * rs + t % kw * p->dilation_w * ps;
+  refcg_pool_px px = {NULL, 0, 0, NULL, NULL, 0, NULL, 1.0f};
   for (int64_t r = r0; r < r1; ++r) {
-    const int32_t n = (int32_t)(r / p->out_h), oh = (int32_t)(r % p->out_h);
-    const uint8_t* in = j->in + n * p->in_stride[0];
-    const int32_t rows = avg ? refcg_pool_count(oh, p->stride_h, p->pad_top, p->kernel_h, p->dilation_h, lo_h, hi_h) : 0;
-    for (int32_t ow = 0; ow < p->out_w; ++ow) {
-      const int64_t o = n * p->out_stride[0] + oh * p->out_stride[1] + ow * p->out_stride[2];
-      const float count = avg ? (float)(rows * refcg_pool_count(ow, p->stride_w, p->pad_left, p->kernel_w, p->dilation_w,
-                                                                 lo_w, hi_w))
-                              : 0.0f; /* read by averages only */
-      const int64_t os = p->out_stride[3];
-      for (int64_t c0 = 0; c0 < p->channels; c0 += REFCG_POOL_CB) {
-        const int32_t nc = (int32_t)(p->channels - c0 < REFCG_POOL_CB ? p->channels - c0 : REFCG_POOL_CB);
-        if (avg)
-          for (int32_t c = 0; c < nc; ++c) acc[c] = 0;
-        else
-          for (int32_t c = 0; c < nc; ++c) top[c] = 0;
-        REFCG_POOL_TAPS_INSIDE(p, in + c0, oh, ow, x, {
-          if (!avg) {
-            for (int32_t c = 0; c < nc; ++c) {
-              const uint8_t v = (uint8_t)(x[c] ^ flip);
-              top[c] = v > top[c] ? v : top[c];
-            }
-          } else if (s8) {
-            for (int32_t c = 0; c < nc; ++c) acc[c] += (int8_t)x[c];
-          } else {
-            for (int32_t c = 0; c < nc; ++c) acc[c] += x[c];
-          }
-        })
-        if (!avg && os == 1) { /* bytes to bytes */
-          uint8_t* __restrict d = (uint8_t*)j->out + o + c0;
-          for (int32_t c = 0; c < nc; ++c) d[c] = (uint8_t)(top[c] ^ flip);
-          continue;
-        }
-        if (!avg) {
-          for (int32_t c = 0; c < nc; ++c) acc[c] = top[c] ^ flip;
-        } else {
-          const float div = count > 0.0f ? count : 1.0f; /* |sum| < 2^24: the float32 division truncates exactly */
-          for (int32_t c = 0; c < nc; ++c) acc[c] = (int32_t)((float)acc[c] / div);
-        }
-        if (p->out_dtype == REFCG_S32) {
-          int32_t* __restrict d = (int32_t*)j->out + o + c0 * os;
-          for (int32_t c = 0; c < nc; ++c) d[c * os] = acc[c];
-        } else if (os == 1) { /* max pool bytes and averages of bytes fit the dtype: the low byte */
-          uint8_t* __restrict d = (uint8_t*)j->out + o + c0;
-          for (int32_t c = 0; c < nc; ++c) d[c] = (uint8_t)acc[c];
-        } else {
-          uint8_t* __restrict d = (uint8_t*)j->out + o + c0 * os;
-          for (int32_t c = 0; c < nc; ++c) d[c * os] = (uint8_t)acc[c];
-        }
+    const int32_t n = (int32_t)(r / p->out_h), oh = (int32_t)(r % p->out_h), ih = oh * p->stride_h - p->pad_top;
+    const int32_t rows = p->is_avg ? refcg_pool_count(oh, p->stride_h, p->pad_top, kh, p->dilation_h, lo_h, hi_h) : 0;
+    px.image = j->in + n * p->in_stride[0];
+    px.oh = oh;
+    for (px.ow = 0; px.ow < p->out_w; ++px.ow) {
+      const int32_t iw = px.ow * p->stride_w - p->pad_left;
+      px.out = (uint8_t*)j->out + (n * p->out_stride[0] + px.oh * p->out_stride[1] + px.ow * p->out_stride[2]) * es;
+      if (p->is_avg) {
+        const int32_t count = rows * refcg_pool_count(px.ow, p->stride_w, p->pad_left, kw, p->dilation_w, lo_w, hi_w);
+        px.div = (float)(count > 0 ? count : 1);
       }
+      if (!list) {
+        px.ntaps = 0;
+      } else if (ih >= 0 && ih + reach_h < p->in_h && iw >= 0 && iw + reach_w < p->in_w) {
+        px.in = px.image + ih * rs + iw * ps;
+        px.taps = window;
+        px.ntaps = kh * kw;
+      } else {
+        px.in = px.image;
+        px.taps = border;
+        px.ntaps = 0;
+        REFCG_POOL_TAPS_INSIDE(p, px.image, px.oh, px.ow, x, { border[px.ntaps++] = x - px.image; })
+      }
+      pixel(j, &px);
     }
   }
 }
 
+/* Channels [first, channels) of a pixel of refcg_pool_pixels (first: a vector kernel's tail) in loops
+ * the section's ISA vectorizes, REFCG_POOL_CB channels at a time: a max of bytes in the unsigned domain (int8 XOR 0x80, where the dtype minimum is 0), or int32
+ * sums divided in float32 (|sum| < 2^24: the division truncates exactly, as refcg_pool_planes'). The
+ * output is stored at its channel stride (1: channels last; else the planes of a layout change). */
+REFCG_INLINE void refcg_pool_pixel_from(const refcg_pool_job* j, const refcg_pool_px* px, int64_t first) {
+  const refcg_pool2d_params* p = j->p;
+  const uint8_t* in = px->image;
+  uint8_t* out = px->out;
+  const float div = px->div;
+  const int32_t avg = p->is_avg, s8 = p->in_dtype == REFCG_S8;
+  const uint8_t flip = j->flip;
+  const int64_t os = p->out_stride[3];
+  int32_t acc[REFCG_POOL_CB];
+  uint8_t top[REFCG_POOL_CB];
+  for (int64_t c0 = first; c0 < p->channels; c0 += REFCG_POOL_CB) {
+    const int32_t nc = (int32_t)(p->channels - c0 < REFCG_POOL_CB ? p->channels - c0 : REFCG_POOL_CB);
+    if (avg)
+      for (int32_t c = 0; c < nc; ++c) acc[c] = 0;
+    else
+      for (int32_t c = 0; c < nc; ++c) top[c] = 0;
+    REFCG_POOL_TAPS_INSIDE(p, in + c0, px->oh, px->ow, x, {
+      if (!avg) {
+        for (int32_t c = 0; c < nc; ++c) {
+          const uint8_t v = (uint8_t)(x[c] ^ flip);
+          top[c] = v > top[c] ? v : top[c];
+        }
+      } else if (s8) {
+        for (int32_t c = 0; c < nc; ++c) acc[c] += (int8_t)x[c];
+      } else {
+        for (int32_t c = 0; c < nc; ++c) acc[c] += x[c];
+      }
+    })
+    if (!avg && os == 1) { /* bytes to bytes */
+      uint8_t* __restrict d = out + c0;
+      for (int32_t c = 0; c < nc; ++c) d[c] = (uint8_t)(top[c] ^ flip);
+      continue;
+    }
+    if (!avg) {
+      for (int32_t c = 0; c < nc; ++c) acc[c] = top[c] ^ flip;
+    } else {
+      for (int32_t c = 0; c < nc; ++c) acc[c] = (int32_t)((float)acc[c] / div);
+    }
+    if (p->out_dtype == REFCG_S32) {
+      int32_t* __restrict d = (int32_t*)out + c0 * os;
+      for (int32_t c = 0; c < nc; ++c) d[c * os] = acc[c];
+    } else { /* max pool bytes and averages of bytes fit the dtype: the low byte */
+      uint8_t* __restrict d = out + c0 * os;
+      for (int32_t c = 0; c < nc; ++c) d[c * os] = (uint8_t)acc[c];
+    }
+  }
+}
+
+/* All channels of the pixel: refcg_pool_pixel_fn. */
+REFCG_INLINE void refcg_pool_pixel(const refcg_pool_job* j, const refcg_pool_px* px) { refcg_pool_pixel_from(j, px, 0); }
+
+/* refcg_pool_##SFX, a section's pool: its pixel kernels refcg_pool_pixel_##SFX(..., MAX, S8, S32) (a max
+ * pool, or an average of int8 (S8) or uint8 into int32 (S32) or bytes) where they apply (channels last
+ * in and out, kernels of up to REFCG_POOL_VEC_TAPS taps), refcg_pool_run elsewhere. */
+#define REFCG_DEFINE_POOL_PIXELS(SFX)                                                                              \
+  REFCG_POOL_PIXEL_CASE(SFX, max, 1, 0, 0)                                                                         \
+  REFCG_POOL_PIXEL_CASE(SFX, avg_u8, 0, 0, 0)                                                                      \
+  REFCG_POOL_PIXEL_CASE(SFX, avg_s8, 0, 1, 0)                                                                      \
+  REFCG_POOL_PIXEL_CASE(SFX, avg_u8_s32, 0, 0, 1)                                                                  \
+  REFCG_POOL_PIXEL_CASE(SFX, avg_s8_s32, 0, 1, 1)                                                                  \
+  static void refcg_pool_##SFX(const void* ctx, int64_t q0, int64_t q1) {                                          \
+    const refcg_pool_job* j = (const refcg_pool_job*)ctx;                                                          \
+    const refcg_pool2d_params* p = j->p;                                                                           \
+    static const refcg_pool_pixel_fn avg[2][2] = {{refcg_pool_avg_u8_##SFX, refcg_pool_avg_u8_s32_##SFX},          \
+                                                  {refcg_pool_avg_s8_##SFX, refcg_pool_avg_s8_s32_##SFX}};         \
+    if (!j->nhwc || p->out_stride[3] != 1 || p->kernel_h * p->kernel_w > REFCG_POOL_VEC_TAPS)                      \
+      refcg_pool_run(j, q0, q1); /* vectorized for this section's ISA */                                          \
+    else if (!p->is_avg)                                                                                           \
+      refcg_pool_pixels(j, q0, q1, refcg_pool_max_##SFX);                                                          \
+    else                                                                                                           \
+      refcg_pool_pixels(j, q0, q1, avg[p->in_dtype == REFCG_S8][p->out_dtype == REFCG_S32]);                       \
+  }
+#define REFCG_POOL_PIXEL_CASE(SFX, KIND, MAX, S8, S32)                                                             \
+  static void refcg_pool_##KIND##_##SFX(const refcg_pool_job* j, const refcg_pool_px* px) {                       \
+    refcg_pool_pixel_##SFX(j, px, MAX, S8, S32);                                                                   \
+  }
+
 /* A pool job's tasks [q0, q1): planes, or rows channels last. */
 REFCG_INLINE void refcg_pool_run(const refcg_pool_job* j, int64_t q0, int64_t q1) {
   if (j->nhwc)
-    refcg_pool_nhwc(j, q0, q1);
+    refcg_pool_pixels(j, q0, q1, refcg_pool_pixel);
   else
     refcg_pool_planes(j, q0, q1);
 }

@@ -1474,9 +1474,51 @@ static void refcg_quant_avx2(const void* ctx, int64_t t0, int64_t t1) {
   }
 }
 
-static void refcg_pool_avx2(const void* ctx, int64_t q0, int64_t q1) {
-  refcg_pool_run((const refcg_pool_job*)ctx, q0, q1); /* vectorized for this section's ISA */
+/* refcg_pool_pixel_avx512 on AVX2: 32 channels per step (then 16), the last channels (fewer than 16) on
+ * refcg_pool_pixel_from. */
+REFCG_INLINE void refcg_pool_pixel_avx2(const refcg_pool_job* j, const refcg_pool_px* px, const int MAX, const int S8,
+                                        const int S32) {
+  const int64_t channels = j->p->channels, c16 = channels & ~(int64_t)15;
+  const __m256i flip = _mm256_set1_epi8((char)j->flip);
+  int64_t c0 = 0;
+  for (; MAX && c0 + 32 <= channels; c0 += 32) {
+    __m256i top = _mm256_setzero_si256(); /* the dtype minimum in the unsigned domain */
+    for (int32_t t = 0; t < px->ntaps; ++t)
+      top = _mm256_max_epu8(top, _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(px->in + px->taps[t] + c0)), flip));
+    _mm256_storeu_si256((__m256i*)(px->out + c0), _mm256_xor_si256(top, flip));
+  }
+  const __m256 r = _mm256_set1_ps(1.0f / px->div), away = _mm256_set1_ps(REFCG_POOL_AWAY);
+  for (; c0 < c16; c0 += 16) {
+    if (MAX) {
+      __m128i top = _mm_setzero_si128();
+      for (int32_t t = 0; t < px->ntaps; ++t)
+        top = _mm_max_epu8(top, _mm_xor_si128(_mm_loadu_si128((const __m128i*)(px->in + px->taps[t] + c0)),
+                                              _mm256_castsi256_si128(flip)));
+      _mm_storeu_si128((__m128i*)(px->out + c0), _mm_xor_si128(top, _mm256_castsi256_si128(flip)));
+      continue;
+    }
+    __m256i sum = _mm256_setzero_si256();
+    for (int32_t t = 0; t < px->ntaps; ++t) {
+      const __m128i b = _mm_loadu_si128((const __m128i*)(px->in + px->taps[t] + c0));
+      sum = _mm256_add_epi16(sum, S8 ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b));
+    }
+    __m256i v[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
+                                         h ? _mm256_extracti128_si256(sum, 1) : _mm256_castsi256_si128(sum))), r);
+      v[h] = _mm256_cvttps_epi32(_mm256_add_ps(f, _mm256_or_ps(away, _mm256_and_ps(f, _mm256_set1_ps(-0.0f)))));
+      if (S32) _mm256_storeu_si256((__m256i*)((int32_t*)px->out + c0 + 8 * h), v[h]);
+    }
+    if (!S32) { /* averages of bytes fit the dtype: packs keep them */
+      const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
+      const __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+      _mm_storeu_si128((__m128i*)(px->out + c0), S8 ? _mm_packs_epi16(lo, hi) : _mm_packus_epi16(lo, hi));
+    }
+  }
+  if (c16 < channels) refcg_pool_pixel_from(j, px, c16);
 }
+
+REFCG_DEFINE_POOL_PIXELS(avx2)
 
 /* refcg_reduce_rows8_fn: 32 lanes at a time in four registers of 8 int32 sums, then 8. */
 #define REFCG_REDUCE_ROWS_AVX2(G, CVT)                                                            \
@@ -1525,22 +1567,24 @@ REFCG_INLINE __m256i refcg_bin_preshift_avx2(const refcg_requant* rq, refcg_rqv_
 /* ---- table lookups (refcg_lut_job), 32 bytes per step: per 16-entry row h of the table, vpshufb by
  * the low nibbles, kept where the high nibble is h (the byte loop ran ~2.5 cycles per byte on Zen 4,
  * a fifth of EfficientNet-B0's time: swish) ---- */
-static void refcg_lut_avx2(const void* ctx, int64_t t0, int64_t t1) {
-  const refcg_lut_job* j = (const refcg_lut_job*)ctx;
-  const int64_t i1 = t1 * REFCG_BIN_CHUNK < j->size ? t1 * REFCG_BIN_CHUNK : j->size;
+static void refcg_lut_bytes_avx2(const uint8_t* table, const uint8_t* in, uint8_t* out, int64_t n) {
   __m256i rows[16];
-  for (int h = 0; h < 16; ++h) rows[h] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(j->table + 16 * h)));
+  for (int h = 0; h < 16; ++h) rows[h] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(table + 16 * h)));
   const __m256i nibble = _mm256_set1_epi8(0x0F);
-  int64_t i = t0 * REFCG_BIN_CHUNK;
-  for (; i + 32 <= i1; i += 32) {
-    const __m256i x = _mm256_loadu_si256((const __m256i*)(j->in + i));
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(in + i));
     const __m256i lo = _mm256_and_si256(x, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble);
     __m256i r = _mm256_shuffle_epi8(rows[0], lo);
     for (int h = 1; h < 16; ++h)
       r = _mm256_blendv_epi8(r, _mm256_shuffle_epi8(rows[h], lo), _mm256_cmpeq_epi8(hi, _mm256_set1_epi8((char)h)));
-    _mm256_storeu_si256((__m256i*)(j->out + i), r);
+    _mm256_storeu_si256((__m256i*)(out + i), r);
   }
-  for (; i < i1; ++i) j->out[i] = j->table[j->in[i]];
+  for (; i < n; ++i) out[i] = table[in[i]];
+}
+
+static void refcg_lut_avx2(const void* ctx, int64_t t0, int64_t t1) {
+  refcg_lut_tasks((const refcg_lut_job*)ctx, t0, t1, refcg_lut_bytes_avx2);
 }
 
 /* refcg_rq32 of one 8-bit operand (see refcg_bin_rq32_avx512), checked against refcg_rq_unclamped_avx2. */
@@ -2818,27 +2862,51 @@ REFCG_INLINE void refcg_bin_row_avx512(const refcg_bin_job* j, const void* ctx, 
 #undef REFCG_BIN_PLANNED_AVX512
 }
 
-/* refcg_pool_nhwc's max pool into channels last, 64 channels per masked step: the generic loops pay
- * a scalar tail per tap where a pixel has few channels (24 in ShuffleNetV2's stem: 10x slower). */
-REFCG_INLINE void refcg_maxpool_nhwc_avx512(const refcg_pool_job* j, int64_t r0, int64_t r1) {
-  const refcg_pool2d_params* p = j->p;
+/* A pixel of refcg_pool_pixels into channels last, 64 channels per masked step over its tap list: the
+ * generic loops pay a scalar tail per tap where a pixel has few channels (24 in ShuffleNetV2's stem:
+ * 10x slower) and keep their sums in memory (Inception-v3's 3x3 averages: 2x slower). MAX: bytes in
+ * the unsigned domain; else an average (S8: of int8) in int16 lanes, stored as bytes or int32 (S32),
+ * divided as REFCG_POOL_AWAY says. */
+REFCG_INLINE void refcg_pool_pixel_avx512(const refcg_pool_job* j, const refcg_pool_px* px, const int MAX, const int S8,
+                                          const int S32) {
+  const int64_t channels = j->p->channels;
   const __m512i flip = _mm512_set1_epi8((char)j->flip);
-  for (int64_t r = r0; r < r1; ++r) {
-    const int32_t n = (int32_t)(r / p->out_h), oh = (int32_t)(r % p->out_h);
-    const uint8_t* in = j->in + n * p->in_stride[0];
-    for (int32_t ow = 0; ow < p->out_w; ++ow) {
-      uint8_t* out = (uint8_t*)j->out + n * p->out_stride[0] + oh * p->out_stride[1] + ow * p->out_stride[2];
-      for (int64_t c0 = 0; c0 < p->channels; c0 += 64) {
-        const __mmask64 mask = p->channels - c0 >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (p->channels - c0)) - 1);
-        __m512i top = _mm512_setzero_si512(); /* the dtype minimum in the unsigned domain */
-        REFCG_POOL_TAPS_INSIDE(p, in + c0, oh, ow, x, {
-          top = _mm512_max_epu8(top, _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, x), flip));
-        })
-        _mm512_mask_storeu_epi8(out + c0, mask, _mm512_xor_si512(top, flip));
+  const __m512 r = _mm512_set1_ps(1.0f / px->div), away = _mm512_set1_ps(REFCG_POOL_AWAY);
+  for (int64_t c0 = 0; c0 < channels; c0 += 64) {
+    const __mmask64 mask = channels - c0 >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (channels - c0)) - 1);
+    const uint8_t* in = px->in + c0;
+    if (MAX) {
+      __m512i top = _mm512_setzero_si512(); /* the dtype minimum in the unsigned domain */
+      for (int32_t t = 0; t < px->ntaps; ++t)
+        top = _mm512_max_epu8(top, _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, in + px->taps[t]), flip));
+      _mm512_mask_storeu_epi8(px->out + c0, mask, _mm512_xor_si512(top, flip));
+      continue;
+    }
+    __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    for (int32_t t = 0; t < px->ntaps; ++t)
+      for (int h = 0; h < 2; ++h) {
+        const __m256i b = _mm256_maskz_loadu_epi8((__mmask32)(mask >> (32 * h)), in + px->taps[t] + 32 * h);
+        sum[h] = _mm512_add_epi16(sum[h], S8 ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b));
       }
+    __m128i bytes[4];
+    for (int q = 0; q < 4; ++q) {
+      const __m256i s16 = q & 1 ? _mm512_extracti64x4_epi64(sum[q >> 1], 1) : _mm512_castsi512_si256(sum[q >> 1]);
+      const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(s16)), r);
+      const __m512i v = _mm512_cvttps_epi32(_mm512_add_ps(f, _mm512_or_ps(away, _mm512_and_ps(f, _mm512_set1_ps(-0.0f)))));
+      if (S32)
+        _mm512_mask_storeu_epi32((int32_t*)px->out + c0 + 16 * q, (__mmask16)(mask >> (16 * q)), v);
+      else /* averages of bytes fit the dtype: the low byte */
+        bytes[q] = _mm512_cvtepi32_epi8(v);
+    }
+    if (!S32) {
+      const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(bytes[0]), bytes[1], 1);
+      const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(bytes[2]), bytes[3], 1);
+      _mm512_mask_storeu_epi8(px->out + c0, mask, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
     }
   }
 }
+
+REFCG_DEFINE_POOL_PIXELS(avx512)
 
 /* refcg_reduce_rows8_fn: 64 lanes at a time in four registers of 16 int32 sums, the last block's
  * loads masked (acc has REFCG_REDUCE_CHUNK lanes: a whole block's sums fit, the masked lanes add 0). */
@@ -2868,14 +2936,6 @@ static int64_t refcg_reduce_rows8_avx512(const uint8_t* x, int64_t stride, int64
 
 static void refcg_reduce_avx512(const void* ctx, int64_t t0, int64_t t1) {
   refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1, refcg_reduce_rows8_avx512);
-}
-
-static void refcg_pool_avx512(const void* ctx, int64_t q0, int64_t q1) {
-  const refcg_pool_job* j = (const refcg_pool_job*)ctx;
-  if (j->nhwc && !j->p->is_avg && j->p->out_stride[3] == 1)
-    refcg_maxpool_nhwc_avx512(j, q0, q1);
-  else
-    refcg_pool_run(j, q0, q1); /* vectorized for this section's ISA */
 }
 
 /* refcg_bin_preshift on r: the right-shift plan with the zero point shifted as the operand will be;
@@ -2947,25 +3007,20 @@ static void refcg_bin_avx512(const void* ctx, int64_t r0, int64_t r1) {
  * (vpermi2b; Ice Lake and Zen 4 on, not Skylake-X or Cascade Lake): the table's halves indexed by the
  * low 7 bits, chosen by the top one; without VBMI, refcg_lut_avx2 ---- */
 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi"))) static void
-refcg_lut_vbmi(const refcg_lut_job* j, int64_t t0, int64_t t1) {
-  const __m512i q0 = _mm512_loadu_si512(j->table), q1 = _mm512_loadu_si512(j->table + 64);
-  const __m512i q2 = _mm512_loadu_si512(j->table + 128), q3 = _mm512_loadu_si512(j->table + 192);
-  const int64_t i1 = t1 * REFCG_BIN_CHUNK < j->size ? t1 * REFCG_BIN_CHUNK : j->size;
-  for (int64_t i = t0 * REFCG_BIN_CHUNK; i < i1; i += 64) {
-    const __mmask64 mask = i1 - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (i1 - i)) - 1);
-    const __m512i x = _mm512_maskz_loadu_epi8(mask, j->in + i);
+refcg_lut_bytes_vbmi(const uint8_t* table, const uint8_t* in, uint8_t* out, int64_t n) {
+  const __m512i q0 = _mm512_loadu_si512(table), q1 = _mm512_loadu_si512(table + 64);
+  const __m512i q2 = _mm512_loadu_si512(table + 128), q3 = _mm512_loadu_si512(table + 192);
+  for (int64_t i = 0; i < n; i += 64) {
+    const __mmask64 mask = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
+    const __m512i x = _mm512_maskz_loadu_epi8(mask, in + i);
     const __m512i lo = _mm512_permutex2var_epi8(q0, x, q1), hi = _mm512_permutex2var_epi8(q2, x, q3);
-    _mm512_mask_storeu_epi8(j->out + i, mask, _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), lo, hi));
+    _mm512_mask_storeu_epi8(out + i, mask, _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), lo, hi));
   }
 }
 
 static void refcg_lut_avx512(const void* ctx, int64_t t0, int64_t t1) {
-  const refcg_lut_job* j = (const refcg_lut_job*)ctx;
-  if (__builtin_cpu_supports("avx512vbmi")) {
-    refcg_lut_vbmi(j, t0, t1);
-    return;
-  }
-  refcg_lut_avx2(ctx, t0, t1);
+  refcg_lut_tasks((const refcg_lut_job*)ctx, t0, t1,
+                  __builtin_cpu_supports("avx512vbmi") ? refcg_lut_bytes_vbmi : refcg_lut_bytes_avx2);
 }
 
 /* ---- qnn.requantize of 8-bit or int32 rows (refcg_rq_job): 64 elements per step (one pack), then 16, under the plan ---- */

@@ -62,6 +62,18 @@ static inline int32_t refcg_quantize_one(float x, float scale, int32_t multiply,
 }
 
 typedef int (*refcg_binary_fn)(const refcg_binary_params* p, const void* a, const void* b, void* out);
+/* The output rows of lut p (refcg.h): row_len elements each, stride apart; 0 where p is invalid. */
+static inline int refcg_lut_rows(const refcg_lut_params* p, int64_t* row_len, int64_t* stride) {
+  if (p->size < 0 || p->row_len < 0 || p->out_row_stride < 0) return 0;
+  if (p->out_row_stride == 0) { /* contiguous: one row */
+    *row_len = *stride = p->size > 0 ? p->size : 1;
+    return 1;
+  }
+  *row_len = p->row_len;
+  *stride = p->out_row_stride;
+  return p->row_len > 0 && p->size % p->row_len == 0 && p->out_row_stride >= p->row_len;
+}
+
 typedef int (*refcg_lut_fn)(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output);
 
 /* refcg_lut_binary(_ref): the binary op on every byte value and its table entry, through ``binary``

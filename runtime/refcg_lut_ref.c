@@ -6,10 +6,11 @@
 #include "refcg_internal.h"
 
 REFCG_API int refcg_lut_ref(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output) {
-  if (p->size < 0) return -1;
+  int64_t row_len, stride;
+  if (!refcg_lut_rows(p, &row_len, &stride)) return -1;
   const uint8_t* in = (const uint8_t*)input;
   uint8_t* out = (uint8_t*)output;
-  for (int64_t i = 0; i < p->size; ++i) out[i] = table[in[i]];
+  for (int64_t i = 0; i < p->size; ++i) out[i / row_len * stride + i % row_len] = table[in[i]] ^ p->out_xor;
   return 0;
 }
 

@@ -446,6 +446,29 @@ def test_lut_variants_bit_exact(core, isa, size):
     assert np.all(out[size:] == 7)
 
 
+# rows, row length, output row stride: a halo's rows (a 4096-byte chunk and a tail per row), one row
+@pytest.mark.parametrize("rows,row_len,stride", [(3, 4200, 4296), (7, 96, 160), (1, 100, 100)])
+@pytest.mark.parametrize("out_xor", [0, 0x80])
+def test_lut_writes_rows_apart(core, isa, rows, row_len, stride, out_xor):
+    """refcg_lut into rows out_row_stride apart (a tensor inside a halo), the table's entries ^ out_xor
+    (an int8 result stored flipped): the gaps between rows untouched; bad row parameters rejected."""
+    rng = np.random.default_rng(rows * row_len + out_xor)
+    table = rng.integers(0, 256, 256).astype("uint8")
+    x = rng.integers(0, 256, rows * row_len).astype("uint8")
+    p = core.ffi.new("refcg_lut_params*")
+    p.size, p.row_len, p.out_row_stride, p.out_xor = x.size, row_len, stride, out_xor
+    want = np.full((rows, stride), 7, "uint8")
+    want[:, :row_len] = (table ^ out_xor)[x].reshape(rows, row_len)
+    for fn in (core.lib.refcg_lut, core.lib.refcg_lut_ref):
+        out = np.full(rows * stride, 7, "uint8")
+        assert fn(p, core.ffi.from_buffer(table), core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == 0
+        assert np.array_equal(out.reshape(rows, stride), want), isa
+    for bad in [dict(row_len=row_len + 1 if rows > 1 else 0), dict(out_row_stride=row_len - 1)]:
+        q = core.ffi.new("refcg_lut_params*", {"size": x.size, "row_len": row_len, "out_row_stride": stride, **bad})
+        for fn in (core.lib.refcg_lut, core.lib.refcg_lut_ref):
+            assert fn(q, core.ffi.from_buffer(table), core.ffi.from_buffer(x), core.ffi.from_buffer(out)) == -1
+
+
 @pytest.mark.parametrize("op", ["add", "sub", "mul"])
 def test_lut_binary_variants_bit_exact(core, isa, op):
     """refcg_lut_binary (a binary op of x and table[x] as one table) against the lookup then the binary
@@ -515,22 +538,18 @@ POOL_SHAPES = [
     (4, (10, 11), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), (5, 5)),  # ceil mode: taps past the padding
     (6, (7, 7), (7, 7), (1, 1), (0, 0, 0, 0), (1, 1), None),  # global
     (300, (5, 6), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), None),  # channels past a 256-channel block
+    (48, (9, 10), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), None),  # Inception's averages: whole vector steps
+    (24, (6, 7), (3, 3), (2, 2), (0, 0, 1, 1), (1, 1), None),  # a 16-channel step and a tail of 8
 ]
 
 
-@pytest.mark.parametrize("shape", POOL_SHAPES, ids=lambda s: f"c{s[0]}w{s[1][1]}k{s[2][1]}s{s[3][1]}")
-@pytest.mark.parametrize("kind", ["max", "avg", "avg_pad", "avg_int32"])
-@pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
-@pytest.mark.parametrize("layouts", ["NCHW", "NHWC", "NHWC>NCHW"])
-def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype, layouts):
-    """Every pool kind and variant against numpy: planes (NCHW), channels last (NHWC) and a
-    channels-last input written as planes (the layout planner's change at a partition's end)."""
+def run_pool(core, isa, x, shape, kind, layouts):
+    """x (NCHW) pooled by the reference and by isa's variant in layouts, each checked against numpy."""
     c, (h, w), kernel, stride, pad, dilation, out_hw = shape
     if out_hw is None:
         out_hw = tuple((size + pad[i] + pad[i + 2] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
                        for i, size in enumerate((h, w)))
-    rng = np.random.default_rng(zlib.crc32(repr((shape, kind, in_dtype)).encode()))
-    x = full_range(rng, (2, c, h, w), in_dtype)
+    in_dtype = str(x.dtype)
     out_dtype = "int32" if kind == "avg_int32" else in_dtype
     is_avg, include_pad = int(kind != "max"), int(kind == "avg_pad")
     p = core.ffi.new("refcg_pool2d_params*")
@@ -553,6 +572,40 @@ def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype, layouts):
         assert fn(p, core.ffi.from_buffer(x_in), core.ffi.from_buffer(out)) == 0
         got = out if out_layout == "NCHW" else out.transpose(0, 3, 1, 2)
         assert np.array_equal(got, want), f"{name}: {np.abs(got - want).max()}"
+
+
+@pytest.mark.parametrize("shape", POOL_SHAPES, ids=lambda s: f"c{s[0]}w{s[1][1]}k{s[2][1]}s{s[3][1]}")
+@pytest.mark.parametrize("kind", ["max", "avg", "avg_pad", "avg_int32"])
+@pytest.mark.parametrize("in_dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("layouts", ["NCHW", "NHWC", "NHWC>NCHW"])
+def test_pool_variants_bit_exact(core, isa, shape, kind, in_dtype, layouts):
+    """Every pool kind and variant against numpy: planes (NCHW), channels last (NHWC) and a
+    channels-last input written as planes (the layout planner's change at a partition's end)."""
+    c, (h, w) = shape[:2]
+    rng = np.random.default_rng(zlib.crc32(repr((shape, kind, in_dtype)).encode()))
+    run_pool(core, isa, full_range(rng, (2, c, h, w), in_dtype), shape, kind, layouts)
+
+
+@pytest.mark.parametrize("taps", [(8, 16), (9, 15)], ids=["128taps", "135taps"])
+@pytest.mark.parametrize("value", [-128, 127, 255])
+@pytest.mark.parametrize("kind", ["avg", "avg_int32"])
+def test_pool_average_at_the_int16_sum_limit(core, isa, taps, value, kind):
+    """Channels-last averages of constant extremes: 128 taps of 255 (or -128) are the most the vector
+    kernels sum in int16 lanes; 135 taps take the int32 path."""
+    dtype = "int8" if value <= 127 else "uint8"
+    shape = (40, (17, 16), taps, (1, 1), (0, 0, 0, 0), (1, 1), None)
+    run_pool(core, isa, np.full((2, 40, 17, 16), value, dtype), shape, kind, "NHWC")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_pool_average_of_equal_taps_is_exact(core, isa, dtype):
+    """Every divisor the vector kernels take (1 .. 128 taps) and every byte value: d equal taps average to
+    the value itself, the quotients a float reciprocal rounds just below an integer if anything does."""
+    values = np.arange(256, dtype=np.int64) - (128 if dtype == "int8" else 0)
+    for d in range(1, 129):
+        x = np.broadcast_to(values.astype(dtype).reshape(1, 256, 1, 1), (2, 256, 1, d))
+        run_pool(core, isa, np.ascontiguousarray(x), (256, (1, d), (1, d), (1, 1), (0, 0, 0, 0), (1, 1), None), "avg",
+                 "NHWC")
 
 
 # outer, reduce, inner, input dtype, output dtype, mean: a global average pool of NHWC and of NCHW

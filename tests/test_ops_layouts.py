@@ -179,10 +179,11 @@ def test_a_reshape_transpose_reshape_that_mixes_axes_is_three_copies(tmp_path, r
     assert [s.values["ops"] for s in plans[0].steps] == ["transpose", "clip"]  # the reshapes are views
 
 
-def inverted_residual(layout: str, stride: int, keras_pad: bool, dtype: str = "uint8"):
-    """1x1 expand -> depthwise 3x3 (stride 1 or 2; keras_pad: an nn.pad by (0, 1) then valid, as Keras
-    pads a stride-2 depthwise) -> 1x1 project on 8-bit tensors of dtype: the expand's output lives inside
-    the depthwise conv's halo. Returns the module, its input and the depthwise conv's input zero point."""
+def inverted_residual(layout: str, stride: int, keras_pad: bool, dtype: str = "uint8", activation: str = ""):
+    """1x1 expand (then a table op: activation "hardswish", or "swish", x * sigmoid(x) as EfficientNet's)
+    -> depthwise 3x3 (stride 1 or 2; keras_pad: an nn.pad by (0, 1) then valid, as Keras pads a stride-2
+    depthwise) -> 1x1 project on 8-bit tensors of dtype: the depthwise conv's input lives inside its
+    halo. Returns the module, its input and the depthwise conv's input zero point."""
     from examples.networks import qconv
 
     rng = np.random.default_rng(31 + stride)
@@ -192,6 +193,11 @@ def inverted_residual(layout: str, stride: int, keras_pad: bool, dtype: str = "u
     common = dict(layout=layout, per_channel=True, out_dtype=dtype, clip=(zp, np.iinfo(dtype).max),
                   input_scale=0.05, output_scale=0.05, weight_range=(-20, 20))
     e = qconv(x, rng, in_c=16, out_c=32, kernel=(1, 1), padding=(0, 0), input_zp=zp_in, output_zp=zp, **common)
+    s, z, q = relay.const(0.05), relay.const(zp), relay.const(0.02)
+    if activation == "hardswish":
+        e = relay.qnn.op.hardswish(e, s, z, q, z)
+    elif activation == "swish":
+        e = relay.qnn.op.mul(e, relay.qnn.op.sigmoid(e, s, z, relay.const(1 / 256), z), s, z, relay.const(1 / 256), z, q, z)
     if keras_pad:
         widths = [(0, 0), (0, 1), (0, 1), (0, 0)] if layout == "NHWC" else [(0, 0), (0, 0), (0, 1), (0, 1)]
         e = relay.nn.pad(e, widths, relay.const(zp, dtype))
@@ -227,6 +233,31 @@ def test_depthwise_reads_its_input_in_place(tmp_path, rng, monkeypatch, layout, 
     stride_hw = [32 * w, 32]  # the halo's rows and pixels included
     assert depthwise.values["params"]["in_h"] == h and depthwise.values["params"]["in_w"] == w
     assert expand.values["params"]["out_stride"][1:3] == stride_hw == depthwise.values["params"]["in_stride"][1:3]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("stride,keras_pad", [(1, False), (2, True)])
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("activation", ["hardswish", "swish"])
+def test_depthwise_reads_a_table_ops_output_in_place(tmp_path, rng, monkeypatch, layout, stride, keras_pad, dtype,
+                                                     activation):
+    """MobileNetV3's and EfficientNet's depthwise inputs come from a table op (refcg_lut): it writes its
+    rows inside the halo (refcg_lut_params' out_row_stride), an int8 result flipped by its table (out_xor,
+    exact under any numerics): bit-exact with TVM-only, read in place."""
+    mod, x, zp = inverted_residual(layout, stride, keras_pad, dtype, activation)
+    plans = capture_plans(monkeypatch)
+    inputs = {"x": random_int(rng, [int(d) for d in x.type_annotation.shape], dtype)}
+    compare_with_tvm(mod, inputs, tmp_path, expect_partitions=1)
+    (plan,) = plans
+    expand, table, depthwise, project = plan.steps
+    want = (0, 0, 1, 1) if keras_pad else (1, 1, 1, 1)
+    flip = dtype == "int8"
+    assert expand.output.halo is None and table.output.halo == want and table.output.flipped == flip
+    w = 12 + want[1] + want[3]
+    assert (table.values["row_len"], table.values["out_row_stride"], table.values["out_xor"]) == \
+        (12 * 32, w * 32, 0x80 * flip)
+    assert [call.entry for call in depthwise.calls] == ["refcg_fill_halo", "refcg_conv2d"]
+    assert depthwise.values["params"]["input_zp"] == zp + 128 * flip and depthwise.values["params"]["pad_top"] == 0
 
 
 def test_float_numerics_keep_int8_unflipped(tmp_path, rng, monkeypatch):

@@ -142,6 +142,16 @@ class Lut:
         return (f"{op_name(self.root)} of a tensor and its {op_name(self.inner.op)}: on aarch64 TVM-only's "
                 "requantize rounding depends on its fused kernel, not computed as one table")
 
+    @property
+    def writes_strided(self) -> bool:
+        """Its output may be stored inside a halo (plan.plan_halos): one image's rows, out_row_stride apart."""
+        shape = static_shape(self.root)
+        return len(shape) == 4 and shape[0] == 1
+
+    def flippable_output(self, target) -> bool:
+        """Its int8 output can be stored flipped (plan.plan_flips): the table's entries ^ 0x80, exact."""
+        return True
+
     def layout_ok(self, src_perms, dst_perm) -> bool:
         """Elementwise over the flat tensor: any layout its input and output share."""
         return list(src_perms) == [dst_perm]
@@ -163,7 +173,7 @@ class Lut:
         ops = []
         relay.analysis.post_order_visit(func.body, lambda e: ops.append(op_name(e)) if op_name(e) else None)
         table = tables.lookup_table(self.table_function(func), target)
-        values = {"size": prod(dst.shape), "ops": " -> ".join(ops), "table": table}
+        values = {"size": prod(dst.shape), "ops": " -> ".join(ops), "table": table, **_rows(dst)}
         # the kernels take the table as a pointer to its first entry
         if self.one_table(func):
             return Step(name, NAME, srcs[:1], dst, values, [Call("refcg_lut", ["params", "table[0]"], srcs[:1], dst)])
@@ -181,6 +191,17 @@ class Lut:
         srcs = [Buffer(v.name_hint, (256,), str(v.type_annotation.dtype), "scratch", i) for i, v in enumerate((x, t))]
         composed = Buffer("composed", (256,), dst.dtype, "scratch", 2)
         return binary.Binary(call, None).plan(name, relay.Function([x, t], call), srcs, composed, target), table_first
+
+
+def _rows(dst: Buffer) -> dict:
+    """refcg_lut_params' output rows: contiguous, or an image's rows (H of W x C) inside dst's halo; its
+    int8 values flipped (Buffer.flipped)."""
+    rows = {"row_len": 0, "out_row_stride": 0, "out_xor": 0x80 if dst.flipped else 0}
+    if dst.halo is not None:
+        physical = dst.physical_shape
+        rows["row_len"] = prod(dst.shape) // (physical[0] * (physical[1] - dst.halo[0] - dst.halo[2]))
+        rows["out_row_stride"] = physical[2] * physical[3]
+    return rows
 
 
 def parse(body) -> Lut:

@@ -217,9 +217,14 @@ typedef struct {
 
 REFCG_API int refcg_fill_halo(const refcg_halo_params* p, void* buf);
 
-/* Table-driven unary ops on 8-bit tensors: out[i] = table[bit pattern of in[i]] (refcodegen/lut.py). */
+/* Table-driven unary ops on 8-bit tensors: out[i] = table[bit pattern of in[i]] ^ out_xor
+ * (refcodegen/lut.py; out_xor 0x80: an int8 result stored flipped, in the x86 variants' uint8 domain).
+ * The input is contiguous; the output too, or (out_row_stride > 0) in rows of row_len elements
+ * out_row_stride apart (a tensor inside a halo: size a multiple of row_len, out_row_stride >= row_len). */
 typedef struct {
   int64_t size;
+  int64_t row_len, out_row_stride;
+  uint8_t out_xor;
 } refcg_lut_params;
 
 REFCG_API int refcg_lut_ref(const refcg_lut_params* p, const uint8_t* table, const void* input, void* output);
@@ -332,8 +337,8 @@ REFCG_API int refcg_dense(const refcg_dense_params* p, const refcg_gemm_weights*
  * operands, vector requantize modes, innermost strides 0 or 1; otherwise refcg_binary_ref. */
 REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const void* b, void* out);
 
-/* nn.max_pool2d / avg pools (refcg_pool2d_params above) through the best variant on planar
- * (NCHW) 8-bit inputs, max pools also with channels contiguous (NHWC); otherwise refcg_pool2d_ref. */
+/* nn.max_pool2d / avg pools (refcg_pool2d_params above) through the best variant on 8-bit inputs as
+ * planes (NCHW) or with channels contiguous (NHWC); otherwise refcg_pool2d_ref. */
 REFCG_API int refcg_pool2d(const refcg_pool2d_params* p, const void* input, void* output);
 
 /* ---- variant selection ----
