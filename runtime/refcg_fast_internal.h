@@ -1090,9 +1090,10 @@ REFCG_INLINE void refcg_pool_pixels(const refcg_pool_job* j, int64_t r0, int64_t
 }
 
 /* Channels [first, channels) of a pixel of refcg_pool_pixels (first: a vector kernel's tail) in loops
- * the section's ISA vectorizes, REFCG_POOL_CB channels at a time: a max of bytes in the unsigned domain (int8 XOR 0x80, where the dtype minimum is 0), or int32
- * sums divided in float32 (|sum| < 2^24: the division truncates exactly, as refcg_pool_planes'). The
- * output is stored at its channel stride (1: channels last; else the planes of a layout change). */
+ * the section's ISA vectorizes, REFCG_POOL_CB channels at a time: a max of bytes in the unsigned domain
+ * (int8 XOR 0x80, where the dtype minimum is 0), or int32 sums divided in float32 (|sum| < 2^24: the
+ * division truncates exactly, as refcg_pool_planes'). The output is stored at its channel stride (1:
+ * channels last; else the planes of a layout change). */
 REFCG_INLINE void refcg_pool_pixel_from(const refcg_pool_job* j, const refcg_pool_px* px, int64_t first) {
   const refcg_pool2d_params* p = j->p;
   const uint8_t* in = px->image;

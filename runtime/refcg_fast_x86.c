@@ -1474,8 +1474,8 @@ static void refcg_quant_avx2(const void* ctx, int64_t t0, int64_t t1) {
   }
 }
 
-/* refcg_pool_pixel_avx512 on AVX2: 32 channels per step (then 16), the last channels (fewer than 16) on
- * refcg_pool_pixel_from. */
+/* refcg_pool_pixel_avx512 on AVX2: max pools 32 channels per step, then 16; averages 16 (one ymm of int16
+ * sums); the last channels (fewer than 16) on refcg_pool_pixel_from. */
 REFCG_INLINE void refcg_pool_pixel_avx2(const refcg_pool_job* j, const refcg_pool_px* px, const int MAX, const int S8,
                                         const int S32) {
   const int64_t channels = j->p->channels, c16 = channels & ~(int64_t)15;
