@@ -1047,13 +1047,14 @@ typedef struct {
 } refcg_pool_px;
 typedef void (*refcg_pool_pixel_fn)(const refcg_pool_job* j, const refcg_pool_px* px);
 
-/* pixel(j, px) for each output pixel of rows [r0, r1) (n * out_h + oh) of a channels-last pool. A
- * window inside the input shares one tap list (offsets from its first tap); one at the border gets
- * the list of its taps inside. */
-REFCG_INLINE void refcg_pool_pixels(const refcg_pool_job* j, int64_t r0, int64_t r1, refcg_pool_pixel_fn pixel) {
+/* pixel(j, px) for each output pixel of rows [r0, r1) (n * out_h + oh) of a channels-last pool. With
+ * LISTS (for pixel kernels that read them), a window inside the input shares one tap list (offsets from
+ * its first tap) and one at the border gets the list of its taps inside. */
+REFCG_INLINE void refcg_pool_pixels(const refcg_pool_job* j, int64_t r0, int64_t r1, refcg_pool_pixel_fn pixel,
+                                    const int LISTS) {
   const refcg_pool2d_params* p = j->p;
   const int64_t es = p->out_dtype == REFCG_S32 ? 4 : 1, rs = p->in_stride[1], ps = p->in_stride[2];
-  const int32_t kh = p->kernel_h, kw = p->kernel_w, list = kh * kw <= REFCG_POOL_VEC_TAPS;
+  const int32_t kh = p->kernel_h, kw = p->kernel_w, list = LISTS && kh * kw <= REFCG_POOL_VEC_TAPS;
   const int32_t reach_h = (kh - 1) * p->dilation_h, reach_w = (kw - 1) * p->dilation_w;
   int32_t lo_h, hi_h, lo_w, hi_w;
   refcg_pool_bounds(p, &lo_h, &hi_h, &lo_w, &hi_w);
@@ -1162,9 +1163,9 @@ REFCG_INLINE void refcg_pool_pixel(const refcg_pool_job* j, const refcg_pool_px*
     if (!j->nhwc || p->out_stride[3] != 1 || p->kernel_h * p->kernel_w > REFCG_POOL_VEC_TAPS)                      \
       refcg_pool_run(j, q0, q1); /* vectorized for this section's ISA */                                          \
     else if (!p->is_avg)                                                                                           \
-      refcg_pool_pixels(j, q0, q1, refcg_pool_max_##SFX);                                                          \
+      refcg_pool_pixels(j, q0, q1, refcg_pool_max_##SFX, 1);                                                       \
     else                                                                                                           \
-      refcg_pool_pixels(j, q0, q1, avg[p->in_dtype == REFCG_S8][p->out_dtype == REFCG_S32]);                       \
+      refcg_pool_pixels(j, q0, q1, avg[p->in_dtype == REFCG_S8][p->out_dtype == REFCG_S32], 1);                    \
   }
 #define REFCG_POOL_PIXEL_CASE(SFX, KIND, MAX, S8, S32)                                                             \
   static void refcg_pool_##KIND##_##SFX(const refcg_pool_job* j, const refcg_pool_px* px) {                       \
@@ -1174,7 +1175,7 @@ REFCG_INLINE void refcg_pool_pixel(const refcg_pool_job* j, const refcg_pool_px*
 /* A pool job's tasks [q0, q1): planes, or rows channels last. */
 REFCG_INLINE void refcg_pool_run(const refcg_pool_job* j, int64_t q0, int64_t q1) {
   if (j->nhwc)
-    refcg_pool_pixels(j, q0, q1, refcg_pool_pixel);
+    refcg_pool_pixels(j, q0, q1, refcg_pool_pixel, 0); /* it walks the taps itself */
   else
     refcg_pool_planes(j, q0, q1);
 }
