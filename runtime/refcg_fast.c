@@ -46,6 +46,7 @@ static const refcg_isa_config refcg_isa_scalar = {
     .lut = NULL,
     .reduce = NULL,
     .gather = NULL,
+    .gather_by16 = NULL,
 };
 
 static const refcg_isa_config* const refcg_isa_table[] = {
@@ -767,8 +768,37 @@ REFCG_API int refcg_lut(const refcg_lut_params* p, const uint8_t* table, const v
   return 0;
 }
 
+/* j's 16-byte windows (refcg_gather_job.by16) for its table take: per output chunk, greedily, a window
+ * from the lowest index its unplaced lanes read (inside the row), taking every lane it holds. */
+static int refcg_gather_plan16(refcg_gather_job* j, const int32_t* take) {
+  if (j->size < 16) return 0;
+  memset(j->win16_idx, 0x80, sizeof(j->win16_idx));
+  for (int64_t k = 0; 16 * k < j->n; ++k) {
+    const int32_t lanes = j->n - 16 * k < 16 ? (int32_t)(j->n - 16 * k) : 16;
+    const int32_t* t = take + 16 * k;
+    uint32_t left = (1u << lanes) - 1u;
+    int32_t w = 0;
+    for (; left; ++w) {
+      if (w == REFCG_GATHER_W16) return 0;
+      int32_t first = INT32_MAX;
+      for (int32_t l = 0; l < lanes; ++l)
+        if ((left >> l & 1u) && t[l] < first) first = t[l];
+      const int32_t at = first < j->size - 16 ? first : (int32_t)j->size - 16; /* holds first: it is < size */
+      j->win16_at[k][w] = (int16_t)at;
+      for (int32_t l = 0; l < lanes; ++l)
+        if ((left >> l & 1u) && t[l] - at < 16) {
+          j->win16_idx[k][w][l] = (uint8_t)(t[l] - at);
+          left &= ~(1u << l);
+        }
+    }
+    j->nwin16[k] = (uint8_t)w;
+  }
+  return 1;
+}
+
 /* Whether p is a gather refcg_gather_job runs (refcg.h: refcg_copy): j filled if so. */
-static int refcg_gather_setup(refcg_gather_job* j, const refcg_copy_params* p, const void* input, void* output) {
+static int refcg_gather_setup(refcg_gather_job* j, const refcg_copy_params* p, const void* input, void* output,
+                              int by16) {
   const int32_t last = p->ndim - 1;
   if (p->ndim < 1 || p->ndim > REFCG_COPY_MAX_DIMS || refcg_copy_unchanged(p) != 1 || !p->take[last] ||
       p->in_stride[last] != 1 || p->pad_before[last] != 0 || p->out_shape[last] < 1 ||
@@ -792,13 +822,15 @@ static int refcg_gather_setup(refcg_gather_job* j, const refcg_copy_params* p, c
     j->idx[i] = (uint8_t)(t % 128);
     j->window[i / 64][t / 128] |= (uint64_t)1 << (i % 64);
   }
+  j->by16 = by16 && refcg_gather_plan16(j, p->take[last]);
   return j->rows > 0;
 }
 
 REFCG_API int refcg_copy(const refcg_copy_params* p, const void* input, void* output) {
   const refcg_isa_config* isa = refcg_isa_current();
   refcg_gather_job j;
-  if (!isa->gather || !refcg_gather_setup(&j, p, input, output)) return refcg_copy_ref(p, input, output);
+  if (!isa->gather || !refcg_gather_setup(&j, p, input, output, isa->gather_by16 && isa->gather_by16()))
+    return refcg_copy_ref(p, input, output);
   refcg_parallel(isa->gather, &j, (j.rows + REFCG_GATHER_ROWS - 1) / REFCG_GATHER_ROWS);
   return 0;
 }

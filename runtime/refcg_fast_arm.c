@@ -209,6 +209,7 @@ const refcg_isa_config refcg_isa_dotprod = {
     .lut = NULL,
     .reduce = refcg_reduce_neon,
     .gather = NULL,
+    .gather_by16 = NULL,
 };
 
 const refcg_isa_config refcg_isa_neon = {
@@ -226,6 +227,7 @@ const refcg_isa_config refcg_isa_neon = {
     .lut = NULL,
     .reduce = refcg_reduce_neon,
     .gather = NULL,
+    .gather_by16 = NULL,
 };
 
 #endif /* REFCG_HAVE_ARM */

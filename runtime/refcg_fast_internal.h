@@ -871,6 +871,11 @@ REFCG_INLINE void refcg_lut_tasks(const refcg_lut_job* j, int64_t t0, int64_t t1
 
 /* Task t's elements [*i0, *i1) of its row; returns the row. */
 REFCG_INLINE int64_t refcg_rq_chunk(const refcg_rq_job* j, int64_t t, int64_t* i0, int64_t* i1) {
+  if (j->chunks == 1) { /* rows of a concatenation's slab: no divisions */
+    *i0 = 0;
+    *i1 = j->n;
+    return t;
+  }
   *i0 = t % j->chunks * REFCG_BIN_CHUNK;
   *i1 = *i0 + REFCG_BIN_CHUNK < j->n ? *i0 + REFCG_BIN_CHUNK : j->n;
   return t / j->chunks;
@@ -1201,6 +1206,7 @@ REFCG_INLINE int64_t refcg_quant_chunk(const refcg_quant_job* j, int64_t t, int6
  * plain strides on the outer axes, through the same index table ---- */
 #define REFCG_GATHER_MAX 1024 /* longest input and output row */
 #define REFCG_GATHER_ROWS 64  /* rows per task */
+#define REFCG_GATHER_W16 4    /* most 16-byte input windows a 16-byte output chunk may read (by16) */
 typedef struct {
   const refcg_copy_params* p;
   const uint8_t* in;
@@ -1209,6 +1215,14 @@ typedef struct {
   uint8_t idx[REFCG_GATHER_MAX]; /* take[i] % 128 (0 past n): a byte index into a 128-byte window */
   /* lanes of 64-byte output chunk k that read 128-byte input window w */
   uint64_t window[REFCG_GATHER_MAX / 64][REFCG_GATHER_MAX / 128];
+  /* by16 (16-byte byte shuffles, vpshufb): 16-byte output chunk k ORs nwin16[k] windows, window w the 16
+   * input bytes from win16_at[k][w], lane l taking its byte win16_idx[k][w][l] (0x80: none: a lane of
+   * another window). 0 where a chunk reads more windows, a row is shorter than 16 bytes, or the variant
+   * does not read them (refcg_isa_config.gather_by16). */
+  int32_t by16;
+  uint8_t nwin16[REFCG_GATHER_MAX / 16];
+  int16_t win16_at[REFCG_GATHER_MAX / 16][REFCG_GATHER_W16];
+  uint8_t win16_idx[REFCG_GATHER_MAX / 16][REFCG_GATHER_W16][16];
 } refcg_gather_job;
 
 /* The input offset of output row r, and its index on the outer axes for refcg_gather_next. */
@@ -1231,6 +1245,15 @@ REFCG_INLINE int64_t refcg_gather_next(const refcg_copy_params* p, int64_t at, i
     index[k] = 0;
   }
   return at;
+}
+
+/* Rows [r0, r1) of gather j byte by byte (a variant without byte shuffles for it). */
+REFCG_INLINE void refcg_gather_bytes(const refcg_gather_job* j, int64_t r0, int64_t r1) {
+  const int32_t* take = j->p->take[j->p->ndim - 1];
+  int64_t index[REFCG_COPY_MAX_DIMS];
+  int64_t at = refcg_gather_first(j->p, r0, index);
+  for (int64_t r = r0; r < r1; ++r, at = refcg_gather_next(j->p, at, index))
+    for (int64_t i = 0; i < j->n; ++i) j->out[r * j->n + i] = j->in[at + take[i]];
 }
 
 /* ---- variant configs ----
@@ -1268,6 +1291,7 @@ typedef struct {
   refcg_range_fn lut;          /* table lookups, refcg_lut_job chunks (NULL: the reference) */
   refcg_range_fn reduce;       /* sum/mean chunks, refcg_reduce_job (NULL: the baseline ISA's) */
   refcg_range_fn gather;       /* 8-bit last-axis gathers, refcg_gather_job row tasks (NULL: the reference) */
+  int (*gather_by16)(void);    /* gather reads refcg_gather_job.by16 on this CPU (NULL: never; not built) */
 } refcg_isa_config;
 
 /* Hidden here, at their first declaration (C++ ignores the attribute on the definitions). */

@@ -1474,8 +1474,40 @@ static void refcg_quant_avx2(const void* ctx, int64_t t0, int64_t t1) {
   }
 }
 
+/* 16 channels from c0 of a pixel of refcg_pool_pixel_avx2 (MAX, S8, S32 as there). */
+REFCG_INLINE void refcg_pool16_avx2(const refcg_pool_px* px, int64_t c0, __m256i flip, const int MAX, const int S8,
+                                    const int S32) {
+  if (MAX) {
+    __m128i top = _mm_setzero_si128(); /* the dtype minimum in the unsigned domain */
+    for (int32_t t = 0; t < px->ntaps; ++t)
+      top = _mm_max_epu8(top, _mm_xor_si128(_mm_loadu_si128((const __m128i*)(px->in + px->taps[t] + c0)),
+                                            _mm256_castsi256_si128(flip)));
+    _mm_storeu_si128((__m128i*)(px->out + c0), _mm_xor_si128(top, _mm256_castsi256_si128(flip)));
+    return;
+  }
+  const __m256 r = _mm256_set1_ps(1.0f / px->div), away = _mm256_set1_ps(REFCG_POOL_AWAY);
+  __m256i sum = _mm256_setzero_si256();
+  for (int32_t t = 0; t < px->ntaps; ++t) {
+    const __m128i b = _mm_loadu_si128((const __m128i*)(px->in + px->taps[t] + c0));
+    sum = _mm256_add_epi16(sum, S8 ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b));
+  }
+  __m256i v[2];
+  for (int h = 0; h < 2; ++h) {
+    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
+                                       h ? _mm256_extracti128_si256(sum, 1) : _mm256_castsi256_si128(sum))), r);
+    v[h] = _mm256_cvttps_epi32(_mm256_add_ps(f, _mm256_or_ps(away, _mm256_and_ps(f, _mm256_set1_ps(-0.0f)))));
+    if (S32) _mm256_storeu_si256((__m256i*)((int32_t*)px->out + c0 + 8 * h), v[h]);
+  }
+  if (!S32) { /* averages of bytes fit the dtype: packs keep them */
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
+    const __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+    _mm_storeu_si128((__m128i*)(px->out + c0), S8 ? _mm_packs_epi16(lo, hi) : _mm_packus_epi16(lo, hi));
+  }
+}
+
 /* refcg_pool_pixel_avx512 on AVX2: max pools 32 channels per step, then 16; averages 16 (one ymm of int16
- * sums); the last channels (fewer than 16) on refcg_pool_pixel_from. */
+ * sums); the last channels (fewer than 16) as the 16 that end the pixel, again (the output is not the
+ * input: the channels both steps hold get the same values), or on refcg_pool_pixel_from under 16. */
 REFCG_INLINE void refcg_pool_pixel_avx2(const refcg_pool_job* j, const refcg_pool_px* px, const int MAX, const int S8,
                                         const int S32) {
   const int64_t channels = j->p->channels, c16 = channels & ~(int64_t)15;
@@ -1487,35 +1519,11 @@ REFCG_INLINE void refcg_pool_pixel_avx2(const refcg_pool_job* j, const refcg_poo
       top = _mm256_max_epu8(top, _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(px->in + px->taps[t] + c0)), flip));
     _mm256_storeu_si256((__m256i*)(px->out + c0), _mm256_xor_si256(top, flip));
   }
-  const __m256 r = _mm256_set1_ps(1.0f / px->div), away = _mm256_set1_ps(REFCG_POOL_AWAY);
-  for (; c0 < c16; c0 += 16) {
-    if (MAX) {
-      __m128i top = _mm_setzero_si128();
-      for (int32_t t = 0; t < px->ntaps; ++t)
-        top = _mm_max_epu8(top, _mm_xor_si128(_mm_loadu_si128((const __m128i*)(px->in + px->taps[t] + c0)),
-                                              _mm256_castsi256_si128(flip)));
-      _mm_storeu_si128((__m128i*)(px->out + c0), _mm_xor_si128(top, _mm256_castsi256_si128(flip)));
-      continue;
-    }
-    __m256i sum = _mm256_setzero_si256();
-    for (int32_t t = 0; t < px->ntaps; ++t) {
-      const __m128i b = _mm_loadu_si128((const __m128i*)(px->in + px->taps[t] + c0));
-      sum = _mm256_add_epi16(sum, S8 ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b));
-    }
-    __m256i v[2];
-    for (int h = 0; h < 2; ++h) {
-      const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
-                                         h ? _mm256_extracti128_si256(sum, 1) : _mm256_castsi256_si128(sum))), r);
-      v[h] = _mm256_cvttps_epi32(_mm256_add_ps(f, _mm256_or_ps(away, _mm256_and_ps(f, _mm256_set1_ps(-0.0f)))));
-      if (S32) _mm256_storeu_si256((__m256i*)((int32_t*)px->out + c0 + 8 * h), v[h]);
-    }
-    if (!S32) { /* averages of bytes fit the dtype: packs keep them */
-      const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
-      const __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
-      _mm_storeu_si128((__m128i*)(px->out + c0), S8 ? _mm_packs_epi16(lo, hi) : _mm_packus_epi16(lo, hi));
-    }
-  }
-  if (c16 < channels) refcg_pool_pixel_from(j, px, c16);
+  for (; c0 < c16; c0 += 16) refcg_pool16_avx2(px, c0, flip, MAX, S8, S32);
+  if (c16 < channels && channels >= 16)
+    refcg_pool16_avx2(px, channels - 16, flip, MAX, S8, S32);
+  else if (c16 < channels)
+    refcg_pool_pixel_from(j, px, c16);
 }
 
 REFCG_DEFINE_POOL_PIXELS(avx2)
@@ -1642,7 +1650,7 @@ static void refcg_bin_avx2(const void* ctx, int64_t r0, int64_t r1) {
 
 /* ---- 8-bit gathers along the last axis (refcg_gather_job): with AVX512-VBMI, each 64-byte output
  * chunk is a two-table byte permute (vpermi2b) of each 128-byte window of the input row it reads, the
- * windows blended by the lanes reading them; without VBMI, bytes one by one ---- */
+ * windows blended by the lanes reading them; without VBMI, 16-byte windows (vpshufb) or bytes ---- */
 REFCG_INLINE __mmask64 refcg_mask64(int64_t n) {
   return n >= 64 ? ~(__mmask64)0 : n <= 0 ? (__mmask64)0 : (((__mmask64)1 << n) - 1);
 }
@@ -1665,19 +1673,55 @@ refcg_gather_vbmi(const refcg_gather_job* j, int64_t r0, int64_t r1) {
   }
 }
 
-static void refcg_gather_avx512(const void* ctx, int64_t t0, int64_t t1) {
-  const refcg_gather_job* j = (const refcg_gather_job*)ctx;
-  const int64_t r0 = t0 * REFCG_GATHER_ROWS, r1 = t1 * REFCG_GATHER_ROWS < j->rows ? t1 * REFCG_GATHER_ROWS : j->rows;
-  if (__builtin_cpu_supports("avx512vbmi")) {
-    refcg_gather_vbmi(j, r0, r1);
-    return;
-  }
-  const int32_t* take = j->p->take[j->p->ndim - 1];
+/* Rows [r0, r1) of gather j by its 16-byte windows (refcg_gather_job.by16): each 16-byte output chunk
+ * ORs the vpshufb of its windows; a last partial chunk stored through a buffer, not past its row (the
+ * next row may be another thread's). */
+REFCG_INLINE void refcg_gather_rows16_avx2(const refcg_gather_job* j, int64_t r0, int64_t r1) {
   int64_t index[REFCG_COPY_MAX_DIMS];
   int64_t at = refcg_gather_first(j->p, r0, index);
-  for (int64_t r = r0; r < r1; ++r, at = refcg_gather_next(j->p, at, index))
-    for (int64_t i = 0; i < j->n; ++i) j->out[r * j->n + i] = j->in[at + take[i]];
+  for (int64_t r = r0; r < r1; ++r, at = refcg_gather_next(j->p, at, index)) {
+    const uint8_t* in = j->in + at;
+    uint8_t* out = j->out + r * j->n;
+    for (int64_t k = 0; 16 * k < j->n; ++k) {
+      __m128i v = _mm_setzero_si128();
+      for (int32_t w = 0; w < j->nwin16[k]; ++w)
+        v = _mm_or_si128(v, _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(in + j->win16_at[k][w])),
+                                             _mm_loadu_si128((const __m128i*)j->win16_idx[k][w])));
+      if (16 * k + 16 <= j->n) {
+        _mm_storeu_si128((__m128i*)(out + 16 * k), v);
+      } else {
+        uint8_t t[16];
+        _mm_storeu_si128((__m128i*)t, v);
+        memcpy(out + 16 * k, t, (size_t)(j->n - 16 * k));
+      }
+    }
+  }
 }
+
+/* Row tasks [t0, t1) (REFCG_GATHER_ROWS rows each): by the 16-byte windows where every chunk has them,
+ * else bytes. */
+static void refcg_gather_avx2(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_gather_job* j = (const refcg_gather_job*)ctx;
+  const int64_t r0 = t0 * REFCG_GATHER_ROWS, r1 = t1 * REFCG_GATHER_ROWS < j->rows ? t1 * REFCG_GATHER_ROWS : j->rows;
+  if (j->by16)
+    refcg_gather_rows16_avx2(j, r0, r1);
+  else
+    refcg_gather_bytes(j, r0, r1);
+}
+
+/* ... with VBMI's permutes where the CPU has them (then no windows are built). */
+static void refcg_gather_avx512(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_gather_job* j = (const refcg_gather_job*)ctx;
+  if (!__builtin_cpu_supports("avx512vbmi")) {
+    refcg_gather_avx2(ctx, t0, t1);
+    return;
+  }
+  const int64_t r1 = t1 * REFCG_GATHER_ROWS < j->rows ? t1 * REFCG_GATHER_ROWS : j->rows;
+  refcg_gather_vbmi(j, t0 * REFCG_GATHER_ROWS, r1);
+}
+
+/* refcg_isa_config.gather_by16: the AVX-512 variant permutes with VBMI, the windows without it. */
+static int refcg_cpu_lacks_vbmi(void) { return !__builtin_cpu_supports("avx512vbmi"); }
 
 /* ---- qnn.requantize of 8-bit or int32 rows (refcg_rq_job): 32 elements per step (one pack), then 8, under the plan ---- */
 /* Up to 8 elements of a qnn.requantize input from element i: 8-bit (as a binary operand) or int32. */
@@ -1686,11 +1730,28 @@ REFCG_INLINE __m256i refcg_rq_load_avx2(const uint8_t* in, int64_t i, int32_t dt
   return refcg_bin_load_avx2(in + i, 1, dtype, n);
 }
 
+/* m (<= 8) elements from element i of a refcg_rq_run_avx2 row, stored clamped. */
+REFCG_INLINE void refcg_rq_8_avx2(const refcg_requant* rq, const refcg_rqv_avx2* r, __m256i count, const uint8_t* in,
+                                  int32_t dtype, uint8_t* out, int64_t i, int64_t m, const int plan, const int pre) {
+  __m256i x = refcg_rq_load_avx2(in, i, dtype, m);
+  if (pre) x = _mm256_sllv_epi32(x, count);
+  refcg_store_bytes_avx2(out + i, refcg_rq_planned_avx2(rq, x, r, plan), m);
+}
+
+/* A row of n elements: 32 per step (one pack), the last 32 again where a tail is left (the output is
+ * not the input: elements both steps hold get the same bytes); rows under 32: 8 per step, the last 8
+ * again, a row under 8 partial. */
 REFCG_INLINE void refcg_rq_run_avx2(const refcg_requant* rq, const refcg_rqv_avx2* r, __m256i count, const uint8_t* in,
                                     int32_t dtype, uint8_t* out, int64_t n, int is_unsigned, const int plan, const int pre) {
   const __m256i lo8 = _mm256_set1_epi8((char)rq->out_min), hi8 = _mm256_set1_epi8((char)rq->out_max);
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
+  if (n < 32) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) refcg_rq_8_avx2(rq, r, count, in, dtype, out, i, 8, plan, pre);
+    if (i < n) refcg_rq_8_avx2(rq, r, count, in, dtype, out, n >= 8 ? n - 8 : 0, n >= 8 ? 8 : n, plan, pre);
+    return;
+  }
+  for (int64_t i = 0; i < n; i += 32) {
+    i = i + 32 <= n ? i : n - 32;
     __m256i v[4];
     for (int q = 0; q < 4; ++q) {
       __m256i x = refcg_rq_load_avx2(in, i + 8 * q, dtype, 8);
@@ -1698,11 +1759,6 @@ REFCG_INLINE void refcg_rq_run_avx2(const refcg_requant* rq, const refcg_rqv_avx
       v[q] = refcg_rq_planned_unclamped_avx2(rq, x, r, plan);
     }
     _mm256_storeu_si256((__m256i*)(out + i), refcg_pack4_avx2(v, lo8, hi8, is_unsigned));
-  }
-  for (; i < n; i += 8) {
-    __m256i x = refcg_rq_load_avx2(in, i, dtype, n - i);
-    if (pre) x = _mm256_sllv_epi32(x, count);
-    refcg_store_bytes_avx2(out + i, refcg_rq_planned_avx2(rq, x, r, plan), n - i);
   }
 }
 
@@ -3030,23 +3086,38 @@ REFCG_INLINE __m512i refcg_rq_load_avx512(const uint8_t* in, int64_t i, int32_t 
   return refcg_bin_load_avx512(in + i, 1, dtype, mask);
 }
 
-REFCG_INLINE void refcg_rq_run_avx512(const refcg_rqv_avx512* r, __m512i count, const uint8_t* in, int32_t dtype,
-                                      uint8_t* out, int64_t n, int is_unsigned, const int plan, const int pre) {
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
+/* Elements [0, n) (n >= 16 NV) of a row, 16 NV per step (one pack, a plain store), the last 16 NV again
+ * where a tail is left: the output is not the input, elements both steps hold get the same bytes
+ * (masked stores are slow on Zen 4). */
+REFCG_INLINE void refcg_rq_steps_avx512(const refcg_rqv_avx512* r, __m512i count, const uint8_t* in, int32_t dtype,
+                                        uint8_t* out, int64_t n, int is_unsigned, const int plan, const int pre,
+                                        const int NV) {
+  for (int64_t i = 0; i < n; i += 16 * NV) {
+    i = i + 16 * NV <= n ? i : n - 16 * NV;
     __m512i v[4];
-    for (int q = 0; q < 4; ++q) {
+    for (int q = 0; q < NV; ++q) {
       __m512i x = refcg_rq_load_avx512(in, i + 16 * q, dtype, 0xFFFF);
       if (pre) x = _mm512_sllv_epi32(x, count);
       v[q] = refcg_rq_planned_avx512(r, x, plan);
     }
-    _mm512_storeu_si512(out + i, refcg_pack_bytes_avx512(v, 4, r->lo8, r->hi8, is_unsigned));
+    refcg_store_bytes_avx512(out + i, v, NV, r, is_unsigned, 16 * NV);
   }
-  for (; i < n; i += 16) {
-    const __mmask16 mask = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-    __m512i x = refcg_rq_load_avx512(in, i, dtype, mask);
+}
+
+/* A row of n elements: 64, 32 or 16 per step (refcg_rq_steps_avx512), a row under 16 in one masked step. */
+REFCG_INLINE void refcg_rq_run_avx512(const refcg_rqv_avx512* r, __m512i count, const uint8_t* in, int32_t dtype,
+                                      uint8_t* out, int64_t n, int is_unsigned, const int plan, const int pre) {
+  if (n >= 64) {
+    refcg_rq_steps_avx512(r, count, in, dtype, out, n, is_unsigned, plan, pre, 4);
+  } else if (n >= 32) {
+    refcg_rq_steps_avx512(r, count, in, dtype, out, n, is_unsigned, plan, pre, 2);
+  } else if (n >= 16) {
+    refcg_rq_steps_avx512(r, count, in, dtype, out, n, is_unsigned, plan, pre, 1);
+  } else {
+    const __mmask16 mask = (__mmask16)((1u << n) - 1u);
+    __m512i x = refcg_rq_load_avx512(in, 0, dtype, mask);
     if (pre) x = _mm512_sllv_epi32(x, count);
-    refcg_store16_bytes_avx512(out + i, mask, _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(r, x, plan), r->hi), r->lo));
+    refcg_store16_bytes_avx512(out, mask, _mm512_max_epi32(_mm512_min_epi32(refcg_rq_planned_avx512(r, x, plan), r->hi), r->lo));
   }
 }
 
@@ -3113,6 +3184,7 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .lut = refcg_lut_avx512,
     .reduce = refcg_reduce_avx512,
     .gather = refcg_gather_avx512,
+    .gather_by16 = refcg_cpu_lacks_vbmi,
 };
 
 const refcg_isa_config refcg_isa_avxvnni = {
@@ -3129,7 +3201,8 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .requantize = refcg_requantize_avx2,
     .lut = refcg_lut_avx2,
     .reduce = refcg_reduce_avx2,
-    .gather = NULL,
+    .gather = refcg_gather_avx2,
+    .gather_by16 = refcg_cpu_avx2,
 };
 
 const refcg_isa_config refcg_isa_avx2 = {
@@ -3146,7 +3219,8 @@ const refcg_isa_config refcg_isa_avx2 = {
     .requantize = refcg_requantize_avx2,
     .lut = refcg_lut_avx2,
     .reduce = refcg_reduce_avx2,
-    .gather = NULL,
+    .gather = refcg_gather_avx2,
+    .gather_by16 = refcg_cpu_avx2,
 };
 
 #endif /* REFCG_HAVE_X86 */

@@ -401,9 +401,11 @@ def run_requantize(core, x, out_dtype, rq, out_channels, offset, reference):
     return out
 
 
-# [outer][channels][inner], output channels, offset: an NHWC concatenation slab (inner 1, short rows),
-# NCHW slabs (a row tail of 37; rows past a 4096-element chunk), the whole output (one merged row)
-REQUANTIZE_SHAPES = [((49, 24, 1), 40, 16), ((2, 3, 37), 5, 1), ((1, 2, 4500), 3, 0), ((7, 33, 5), 33, 0)]
+# [outer][channels][inner], output channels, offset: NHWC concatenation slabs (inner 1, short rows: under
+# 8, 8-16, 16-32, 32-64: the steps of each variant and their last step again), NCHW slabs (a row tail of
+# 37; rows past a 4096-element chunk), the whole output (one merged row)
+REQUANTIZE_SHAPES = [((49, 24, 1), 40, 16), ((40, 5, 1), 12, 7), ((25, 13, 1), 20, 0), ((9, 40, 1), 41, 1),
+                     ((2, 3, 37), 5, 1), ((1, 2, 4500), 3, 0), ((7, 33, 5), 33, 0)]
 
 
 @pytest.mark.parametrize("shape, out_channels, offset", REQUANTIZE_SHAPES, ids=lambda v: str(v))
@@ -540,6 +542,7 @@ POOL_SHAPES = [
     (300, (5, 6), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), None),  # channels past a 256-channel block
     (48, (9, 10), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), None),  # Inception's averages: whole vector steps
     (24, (6, 7), (3, 3), (2, 2), (0, 0, 1, 1), (1, 1), None),  # a 16-channel step and a tail of 8
+    (17, (5, 6), (3, 3), (2, 1), (1, 1, 1, 1), (1, 1), None),  # a tail of 1: AVX2's last 16 channels again
 ]
 
 
