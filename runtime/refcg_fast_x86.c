@@ -555,9 +555,10 @@ REFCG_INLINE void refcg_store16_avx2(uint8_t* out, __m128i x, int32_t n) {
   }
 }
 
-/* The two accumulators (channels 0-7, 8-15) of one block of one row: KS k-steps at a + koff[k]. */
+/* The two accumulators (channels 0-7, 8-15) of each of NB (1 or 2) blocks of one row (acc[2 b], acc[2 b + 1];
+ * block b's weights from wp + 4 KS b): KS k-steps at a + koff[k], the input's pair shuffles shared. */
 REFCG_INLINE void refcg_smallk_block_avx2(const uint8_t* a, const int64_t* koff, const __m256i* wp, __m256i* acc,
-                                          const int KS) {
+                                          const int KS, const int NB) {
   /* the 4 input bytes broadcast: pair 0 / pair 1 zero-extended into every dword */
   const __m256i lo = _mm256_setr_epi8(0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1,
                                       0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1, -1);
@@ -566,34 +567,40 @@ REFCG_INLINE void refcg_smallk_block_avx2(const uint8_t* a, const int64_t* koff,
   for (int k = 0; k < KS; ++k) {
     const __m256i x = _mm256_set1_epi32(refcg_load_i32(a + koff[k]));
     const __m256i x0 = _mm256_shuffle_epi8(x, lo), x1 = _mm256_shuffle_epi8(x, hi);
-    acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(x0, wp[4 * k]));
-    acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(x0, wp[4 * k + 1]));
-    acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(x1, wp[4 * k + 2]));
-    acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(x1, wp[4 * k + 3]));
+    for (int b = 0; b < NB; ++b) {
+      const __m256i* w = wp + 4 * KS * b + 4 * k;
+      acc[2 * b] = _mm256_add_epi32(acc[2 * b], _mm256_madd_epi16(x0, w[0]));
+      acc[2 * b + 1] = _mm256_add_epi32(acc[2 * b + 1], _mm256_madd_epi16(x0, w[1]));
+      acc[2 * b] = _mm256_add_epi32(acc[2 * b], _mm256_madd_epi16(x1, w[2]));
+      acc[2 * b + 1] = _mm256_add_epi32(acc[2 * b + 1], _mm256_madd_epi16(x1, w[3]));
+    }
     /* the sums in order: GCC re-associates them into a tree of all 4 KS products, spilled */
     __asm__("" : "+x"(acc[0]), "+x"(acc[1]));
+    if (NB == 2) __asm__("" : "+x"(acc[2]), "+x"(acc[3]));
   }
 }
 
-/* The same on the packed weights as they are (2 KS vectors: per k-step channels 0-7 and 8-15, 4 bytes
- * each) through dot (vpdpbusd on AVX-VNNI: refcg_tile_dot_avx2). */
+/* The same on the packed weights as they are (2 KS vectors per block: per k-step channels 0-7 and 8-15,
+ * 4 bytes each) through dot (vpdpbusd on AVX-VNNI: refcg_tile_dot_avx2), the broadcast shared. */
 REFCG_INLINE void refcg_smallk_block_dot_avx2(const uint8_t* a, const int64_t* koff, const __m256i* wp, __m256i* acc,
-                                              const int KS, __m256i (*dot)(__m256i, __m256i, __m256i)) {
+                                              const int KS, const int NB, __m256i (*dot)(__m256i, __m256i, __m256i)) {
   for (int k = 0; k < KS; ++k) {
     const __m256i x = _mm256_set1_epi32(refcg_load_i32(a + koff[k]));
-    acc[0] = dot(acc[0], x, wp[2 * k]);
-    acc[1] = dot(acc[1], x, wp[2 * k + 1]);
+    for (int b = 0; b < NB; ++b) {
+      acc[2 * b] = dot(acc[2 * b], x, wp[2 * KS * b + 2 * k]);
+      acc[2 * b + 1] = dot(acc[2 * b + 1], x, wp[2 * KS * b + 2 * k + 1]);
+    }
   }
 }
 
-/* Block v of a group's weights wp: with dot (NULL: AVX2's k-pairs, 4 KS vectors per block) or
- * without (the packed bytes, 2 KS vectors per block). */
+/* Blocks v .. v + NB - 1 of a group's weights wp: with dot (NULL: AVX2's k-pairs, 4 KS vectors per block)
+ * or without (the packed bytes, 2 KS vectors per block). */
 REFCG_INLINE void refcg_smallk_any_avx2(const uint8_t* a, const int64_t* koff, const __m256i* wp, int32_t v, __m256i* acc,
-                                        const int KS, __m256i (*dot)(__m256i, __m256i, __m256i)) {
+                                        const int KS, const int NB, __m256i (*dot)(__m256i, __m256i, __m256i)) {
   if (dot)
-    refcg_smallk_block_dot_avx2(a, koff, wp + 2 * KS * v, acc, KS, dot);
+    refcg_smallk_block_dot_avx2(a, koff, wp + 2 * KS * v, acc, KS, NB, dot);
   else
-    refcg_smallk_block_avx2(a, koff, wp + 4 * KS * v, acc, KS);
+    refcg_smallk_block_avx2(a, koff, wp + 4 * KS * v, acc, KS, NB);
 }
 
 /* Rows [i0, i1) x blocks [0, nbk) of a group (constants b, weights wp: refcg_smallk_any_avx2), under
@@ -616,7 +623,7 @@ REFCG_INLINE void refcg_rows_smallk_avx2(const refcg_gemm_job* j, const refcg_bl
       uint8_t* o[2];
       for (int r = 0; r <= two; ++r) {
         refcg_smallk_any_avx2(j->a + (int64_t)q * j->a_row_h + (int64_t)c * j->a_row_w + j->seg_off[0], koff, wp, 0,
-                              acc + 2 * r, KS, dot);
+                              acc + 2 * r, KS, 1, dot);
         o[r] = (uint8_t*)j->epi.out + (int64_t)q * j->o_row_h + (int64_t)c * j->o_row_w + b->c0;
         if (++c == j->cols) {
           c = 0;
@@ -636,8 +643,12 @@ REFCG_INLINE void refcg_rows_smallk_avx2(const refcg_gemm_job* j, const refcg_bl
     for (int32_t v = 0; v < nbk; v += 2, o += 32) {
       const int two = v + 1 < nbk;
       __m256i acc[4] = {b[v].corr[0], b[v].corr[1], b[v + two].corr[0], b[v + two].corr[1]};
-      refcg_smallk_any_avx2(a, koff, wp, v, acc, KS, dot);
-      if (two) refcg_smallk_any_avx2(a, koff, wp, v + 1, acc + 2, KS, dot);
+      if (two && KS > 4 && !dot) { /* both blocks in one pass: measured 0.83x at 4 k-steps, 0.87x with dot */
+        refcg_smallk_any_avx2(a, koff, wp, v, acc, KS, 2, dot);
+      } else {
+        refcg_smallk_any_avx2(a, koff, wp, v, acc, KS, 1, dot);
+        if (two) refcg_smallk_any_avx2(a, koff, wp, v + 1, acc + 2, KS, 1, dot);
+      }
       for (int h = 0; h < 4; ++h) acc[h] = refcg_rq_planned_unclamped_avx2(&b[v].rq, acc[h], &b[v + (h >> 1) * two].rv[h & 1], plan);
       const __m256i bytes = refcg_pack4_avx2(acc, b[v].lo8, b[v].hi8, is_unsigned); /* a block per half */
       const int32_t n = b[v].nvalid + (two ? b[v + 1].nvalid : 0);
