@@ -142,6 +142,25 @@ static void refcg_reduce_neon(const void* ctx, int64_t t0, int64_t t1) {
   refcg_reduce_run_chunks((const refcg_reduce_job*)ctx, t0, t1, NULL); /* GCC vectorizes it with NEON */
 }
 
+/* refcg_gather_chunk_fn through tbl (index bytes past 15: zero). */
+REFCG_INLINE void refcg_gather_chunk_neon(const refcg_gather_job* j, const uint8_t* in, int64_t k, uint8_t* dst) {
+  uint8x16_t v = vdupq_n_u8(0);
+  for (int32_t w = 0; w < j->nwin16[k]; ++w)
+    v = vorrq_u8(v, vqtbl1q_u8(vld1q_u8(in + j->win16_at[k][w]), vld1q_u8(j->win16_idx[k][w])));
+  vst1q_u8(dst, v);
+}
+
+/* 8-bit gathers along the last axis (refcg_gather_job row tasks): 16-byte windows, else bytes. */
+static void refcg_gather_neon(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_gather_job* j = (const refcg_gather_job*)ctx;
+  int64_t r0, r1;
+  refcg_gather_range(j, t0, t1, &r0, &r1);
+  if (j->by16)
+    refcg_gather_rows16(j, r0, r1, refcg_gather_chunk_neon);
+  else
+    refcg_gather_bytes(j, r0, r1);
+}
+
 #pragma GCC push_options
 #pragma GCC target("arch=armv8.2-a+dotprod")
 
@@ -208,8 +227,8 @@ const refcg_isa_config refcg_isa_dotprod = {
     .requantize = NULL,
     .lut = NULL,
     .reduce = refcg_reduce_neon,
-    .gather = NULL,
-    .gather_by16 = NULL,
+    .gather = refcg_gather_neon,
+    .gather_by16 = refcg_cpu_neon,
 };
 
 const refcg_isa_config refcg_isa_neon = {
@@ -226,8 +245,8 @@ const refcg_isa_config refcg_isa_neon = {
     .requantize = NULL,
     .lut = NULL,
     .reduce = refcg_reduce_neon,
-    .gather = NULL,
-    .gather_by16 = NULL,
+    .gather = refcg_gather_neon,
+    .gather_by16 = refcg_cpu_neon,
 };
 
 #endif /* REFCG_HAVE_ARM */

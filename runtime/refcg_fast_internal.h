@@ -1215,7 +1215,7 @@ typedef struct {
   uint8_t idx[REFCG_GATHER_MAX]; /* take[i] % 128 (0 past n): a byte index into a 128-byte window */
   /* lanes of 64-byte output chunk k that read 128-byte input window w */
   uint64_t window[REFCG_GATHER_MAX / 64][REFCG_GATHER_MAX / 128];
-  /* by16 (16-byte byte shuffles, vpshufb): 16-byte output chunk k ORs nwin16[k] windows, window w the 16
+  /* by16 (16-byte table lookups: vpshufb, tbl): 16-byte output chunk k ORs nwin16[k] windows, window w the 16
    * input bytes from win16_at[k][w], lane l taking its byte win16_idx[k][w][l] (0x80: none: a lane of
    * another window). 0 where a chunk reads more windows, a row is shorter than 16 bytes, or the variant
    * does not read them (refcg_isa_config.gather_by16). */
@@ -1245,6 +1245,33 @@ REFCG_INLINE int64_t refcg_gather_next(const refcg_copy_params* p, int64_t at, i
     index[k] = 0;
   }
   return at;
+}
+
+/* The output rows [*r0, *r1) of gather row tasks [t0, t1) (REFCG_GATHER_ROWS rows each). */
+REFCG_INLINE void refcg_gather_range(const refcg_gather_job* j, int64_t t0, int64_t t1, int64_t* r0, int64_t* r1) {
+  *r0 = t0 * REFCG_GATHER_ROWS;
+  *r1 = t1 * REFCG_GATHER_ROWS < j->rows ? t1 * REFCG_GATHER_ROWS : j->rows;
+}
+
+/* 16-byte output chunk k of a row of gather j read from input row in, into dst (16 bytes): the OR of
+ * its windows (refcg_gather_job.by16) shuffled by a variant's 16-byte table lookup. */
+typedef void (*refcg_gather_chunk_fn)(const refcg_gather_job* j, const uint8_t* in, int64_t k, uint8_t* dst);
+
+/* Rows [r0, r1) of gather j by its 16-byte windows through chunk; a last partial chunk stored through a
+ * buffer, not past its row (the next row may be another thread's). */
+REFCG_INLINE void refcg_gather_rows16(const refcg_gather_job* j, int64_t r0, int64_t r1, refcg_gather_chunk_fn chunk) {
+  int64_t index[REFCG_COPY_MAX_DIMS];
+  int64_t at = refcg_gather_first(j->p, r0, index);
+  for (int64_t r = r0; r < r1; ++r, at = refcg_gather_next(j->p, at, index)) {
+    uint8_t* out = j->out + r * j->n;
+    int64_t k = 0;
+    for (; 16 * k + 16 <= j->n; ++k) chunk(j, j->in + at, k, out + 16 * k);
+    if (16 * k < j->n) {
+      uint8_t t[16];
+      chunk(j, j->in + at, k, t);
+      memcpy(out + 16 * k, t, (size_t)(j->n - 16 * k));
+    }
+  }
 }
 
 /* Rows [r0, r1) of gather j byte by byte (a variant without byte shuffles for it). */

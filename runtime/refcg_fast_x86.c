@@ -1684,38 +1684,22 @@ refcg_gather_vbmi(const refcg_gather_job* j, int64_t r0, int64_t r1) {
   }
 }
 
-/* Rows [r0, r1) of gather j by its 16-byte windows (refcg_gather_job.by16): each 16-byte output chunk
- * ORs the vpshufb of its windows; a last partial chunk stored through a buffer, not past its row (the
- * next row may be another thread's). */
-REFCG_INLINE void refcg_gather_rows16_avx2(const refcg_gather_job* j, int64_t r0, int64_t r1) {
-  int64_t index[REFCG_COPY_MAX_DIMS];
-  int64_t at = refcg_gather_first(j->p, r0, index);
-  for (int64_t r = r0; r < r1; ++r, at = refcg_gather_next(j->p, at, index)) {
-    const uint8_t* in = j->in + at;
-    uint8_t* out = j->out + r * j->n;
-    for (int64_t k = 0; 16 * k < j->n; ++k) {
-      __m128i v = _mm_setzero_si128();
-      for (int32_t w = 0; w < j->nwin16[k]; ++w)
-        v = _mm_or_si128(v, _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(in + j->win16_at[k][w])),
-                                             _mm_loadu_si128((const __m128i*)j->win16_idx[k][w])));
-      if (16 * k + 16 <= j->n) {
-        _mm_storeu_si128((__m128i*)(out + 16 * k), v);
-      } else {
-        uint8_t t[16];
-        _mm_storeu_si128((__m128i*)t, v);
-        memcpy(out + 16 * k, t, (size_t)(j->n - 16 * k));
-      }
-    }
-  }
+/* refcg_gather_chunk_fn through vpshufb (index bytes 0x80: zero). */
+REFCG_INLINE void refcg_gather_chunk_avx2(const refcg_gather_job* j, const uint8_t* in, int64_t k, uint8_t* dst) {
+  __m128i v = _mm_setzero_si128();
+  for (int32_t w = 0; w < j->nwin16[k]; ++w)
+    v = _mm_or_si128(v, _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(in + j->win16_at[k][w])),
+                                         _mm_loadu_si128((const __m128i*)j->win16_idx[k][w])));
+  _mm_storeu_si128((__m128i*)dst, v);
 }
 
-/* Row tasks [t0, t1) (REFCG_GATHER_ROWS rows each): by the 16-byte windows where every chunk has them,
- * else bytes. */
+/* Row tasks [t0, t1): by the 16-byte windows where every chunk has them, else bytes. */
 static void refcg_gather_avx2(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gather_job* j = (const refcg_gather_job*)ctx;
-  const int64_t r0 = t0 * REFCG_GATHER_ROWS, r1 = t1 * REFCG_GATHER_ROWS < j->rows ? t1 * REFCG_GATHER_ROWS : j->rows;
+  int64_t r0, r1;
+  refcg_gather_range(j, t0, t1, &r0, &r1);
   if (j->by16)
-    refcg_gather_rows16_avx2(j, r0, r1);
+    refcg_gather_rows16(j, r0, r1, refcg_gather_chunk_avx2);
   else
     refcg_gather_bytes(j, r0, r1);
 }
@@ -1723,12 +1707,12 @@ static void refcg_gather_avx2(const void* ctx, int64_t t0, int64_t t1) {
 /* ... with VBMI's permutes where the CPU has them (then no windows are built). */
 static void refcg_gather_avx512(const void* ctx, int64_t t0, int64_t t1) {
   const refcg_gather_job* j = (const refcg_gather_job*)ctx;
-  if (!__builtin_cpu_supports("avx512vbmi")) {
+  int64_t r0, r1;
+  refcg_gather_range(j, t0, t1, &r0, &r1);
+  if (__builtin_cpu_supports("avx512vbmi"))
+    refcg_gather_vbmi(j, r0, r1);
+  else
     refcg_gather_avx2(ctx, t0, t1);
-    return;
-  }
-  const int64_t r1 = t1 * REFCG_GATHER_ROWS < j->rows ? t1 * REFCG_GATHER_ROWS : j->rows;
-  refcg_gather_vbmi(j, t0 * REFCG_GATHER_ROWS, r1);
 }
 
 /* refcg_isa_config.gather_by16: the AVX-512 variant permutes with VBMI, the windows without it. */

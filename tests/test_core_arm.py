@@ -14,7 +14,7 @@ from refcodegen.emit import bundled_core, c_ints
 from refcodegen.numerics import FloatLowering, make_requantize
 
 import fma_cases as fc
-from test_core_kernels import full_range
+from test_core_kernels import GATHER_CASES, full_range, gather_case
 
 CROSS = shutil.which("aarch64-linux-gnu-gcc")
 QEMU = shutil.which("qemu-aarch64")
@@ -149,6 +149,13 @@ def arm_binary(tmp_path_factory):
         convs.append(c_array("int8_t" if dtype == "int8" else "uint8_t", f"rx{i}", x)
                      + c_array("int8_t", f"rwant{i}", want.view(np.int8)) + c_struct(core, "refcg_reduce_params", f"rp{i}", values))
         checks.append(f"  bad += check(\"reduce{i}\", refcg_reduce(&rp{i}, rx{i}, out), rwant{i}, sizeof(rwant{i}));")
+    for i, case in enumerate(GATHER_CASES[:3] + GATHER_CASES[6:]):  # channel shuffles (tbl), random tables (bytes)
+        big, values, take, want = gather_case(case)
+        convs.append(c_array("uint8_t", f"gx{i}", big) + c_array("int32_t", f"gtake{i}", take)
+                     + c_array("int8_t", f"gwant{i}", want.view(np.int8))
+                     + c_struct(core, "refcg_copy_params", f"gp{i}",
+                                dict(values, take=["NULL"] * (values["ndim"] - 1) + [f"gtake{i}"])))
+        checks.append(f"  bad += check(\"gather{i}\", refcg_copy(&gp{i}, gx{i}, out), gwant{i}, sizeof(gwant{i}));")
     program = ("#include <stdio.h>\n#include <stdint.h>\n#include <string.h>\n" + bundled_core() + "\n"
                + "".join(convs) + """
 static int8_t out[1 << 16];

@@ -674,11 +674,9 @@ GATHER_CASES = [((5, 7), 116, "shuffle"), ((3, 4), 58, "shuffle"), ((2, 9), 232,
                 ((3, 2), 7, 130)]
 
 
-@pytest.mark.parametrize("case", GATHER_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
-def test_copy_gather_variants_bit_exact(core, isa, case):
-    """refcg_copy with an index table on the last axis of an 8-bit tensor read from a strided, offset
-    view of a larger one (a channel shuffle of NHWC pixels; random tables with repeats, more outputs than
-    inputs): numpy's indexing on every variant; the bytes past the output untouched."""
+def gather_case(case):
+    """(input, refcg_copy_params fields but the table, table, want) of a GATHER_CASES case: the table
+    on the last axis of a strided, offset view of a larger uint8 tensor."""
     outer, size, table = case
     rng = np.random.default_rng(zlib.crc32(repr(case).encode()))
     if table == "shuffle":  # groups of 2: (2, size / 2) transposed
@@ -687,15 +685,20 @@ def test_copy_gather_variants_bit_exact(core, isa, case):
         take = rng.integers(0, size, table).astype(np.int32)
     big = full_range(rng, (*[d + 1 for d in outer], size + 3), "uint8")
     view = big[(*[slice(1, None)] * len(outer), slice(2, 2 + size))]  # starts at offset, outer strides larger
-    p = core.ffi.new("refcg_copy_params*")
-    p.ndim = len(outer) + 1
-    p.out_shape, p.in_shape = [*outer, take.size], [*outer, size]
-    p.in_stride = [s // big.itemsize for s in big.strides]
-    p.offset = (view.ctypes.data - big.ctypes.data) // big.itemsize
-    p.in_dtype = p.out_dtype = DTYPE_CODE["uint8"]
-    p.lo, p.hi = 0, 255
-    p.take[len(outer)] = core.ptr(take, "int32_t*")
-    want = view[..., take]
+    values = dict(ndim=len(outer) + 1, out_shape=[*outer, take.size], in_shape=[*outer, size],
+                  in_stride=[s // big.itemsize for s in big.strides], offset=(view.ctypes.data - big.ctypes.data) // big.itemsize,
+                  in_dtype=DTYPE_CODE["uint8"], out_dtype=DTYPE_CODE["uint8"], lo=0, hi=255)
+    return big, values, take, view[..., take]
+
+
+@pytest.mark.parametrize("case", GATHER_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
+def test_copy_gather_variants_bit_exact(core, isa, case):
+    """refcg_copy with an index table on the last axis of an 8-bit tensor read from a strided, offset
+    view of a larger one (a channel shuffle of NHWC pixels; random tables with repeats, more outputs than
+    inputs): numpy's indexing on every variant; the bytes past the output untouched."""
+    big, values, take, want = gather_case(case)
+    p = core.ffi.new("refcg_copy_params*", values)
+    p.take[values["ndim"] - 1] = core.ptr(take, "int32_t*")
     for fn in (core.lib.refcg_copy, core.lib.refcg_copy_ref):
         out = np.full(want.size + 64, 9, "uint8")
         assert fn(p, core.ffi.from_buffer(big), core.ffi.from_buffer(out)) == 0
