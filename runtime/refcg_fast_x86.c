@@ -1485,9 +1485,9 @@ static void refcg_quant_avx2(const void* ctx, int64_t t0, int64_t t1) {
   }
 }
 
-/* 16 channels from c0 of a pixel of refcg_pool_pixel_avx2 (MAX, S8, S32 as there). */
-REFCG_INLINE void refcg_pool16_avx2(const refcg_pool_px* px, int64_t c0, __m256i flip, const int MAX, const int S8,
-                                    const int S32) {
+/* 16 channels from c0 of a pixel of refcg_pool_pixel_avx2 (MAX, S8, S32 as there; r: 1 / px->div). */
+REFCG_INLINE void refcg_pool16_avx2(const refcg_pool_px* px, int64_t c0, __m256i flip, __m256 r, const int MAX,
+                                    const int S8, const int S32) {
   if (MAX) {
     __m128i top = _mm_setzero_si128(); /* the dtype minimum in the unsigned domain */
     for (int32_t t = 0; t < px->ntaps; ++t)
@@ -1496,7 +1496,7 @@ REFCG_INLINE void refcg_pool16_avx2(const refcg_pool_px* px, int64_t c0, __m256i
     _mm_storeu_si128((__m128i*)(px->out + c0), _mm_xor_si128(top, _mm256_castsi256_si128(flip)));
     return;
   }
-  const __m256 r = _mm256_set1_ps(1.0f / px->div), away = _mm256_set1_ps(REFCG_POOL_AWAY);
+  const __m256 away = _mm256_set1_ps(REFCG_POOL_AWAY);
   __m256i sum = _mm256_setzero_si256();
   for (int32_t t = 0; t < px->ntaps; ++t) {
     const __m128i b = _mm_loadu_si128((const __m128i*)(px->in + px->taps[t] + c0));
@@ -1530,9 +1530,10 @@ REFCG_INLINE void refcg_pool_pixel_avx2(const refcg_pool_job* j, const refcg_poo
       top = _mm256_max_epu8(top, _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(px->in + px->taps[t] + c0)), flip));
     _mm256_storeu_si256((__m256i*)(px->out + c0), _mm256_xor_si256(top, flip));
   }
-  for (; c0 < c16; c0 += 16) refcg_pool16_avx2(px, c0, flip, MAX, S8, S32);
+  const __m256 r = _mm256_set1_ps(MAX ? 1.0f : 1.0f / px->div);
+  for (; c0 < c16; c0 += 16) refcg_pool16_avx2(px, c0, flip, r, MAX, S8, S32);
   if (c16 < channels && channels >= 16)
-    refcg_pool16_avx2(px, channels - 16, flip, MAX, S8, S32);
+    refcg_pool16_avx2(px, channels - 16, flip, r, MAX, S8, S32);
   else if (c16 < channels)
     refcg_pool_pixel_from(j, px, c16);
 }
