@@ -150,15 +150,8 @@ REFCG_INLINE void refcg_gather_chunk_neon(const refcg_gather_job* j, const uint8
   vst1q_u8(dst, v);
 }
 
-/* 8-bit gathers along the last axis (refcg_gather_job row tasks): 16-byte windows, else bytes. */
 static void refcg_gather_neon(const void* ctx, int64_t t0, int64_t t1) {
-  const refcg_gather_job* j = (const refcg_gather_job*)ctx;
-  int64_t r0, r1;
-  refcg_gather_range(j, t0, t1, &r0, &r1);
-  if (j->by16)
-    refcg_gather_rows16(j, r0, r1, refcg_gather_chunk_neon);
-  else
-    refcg_gather_bytes(j, r0, r1);
+  refcg_gather_tasks(ctx, t0, t1, refcg_gather_chunk_neon);
 }
 
 #pragma GCC push_options

@@ -1283,6 +1283,18 @@ REFCG_INLINE void refcg_gather_bytes(const refcg_gather_job* j, int64_t r0, int6
     for (int64_t i = 0; i < j->n; ++i) j->out[r * j->n + i] = j->in[at + take[i]];
 }
 
+/* Gather row tasks [t0, t1) (refcg_range_fn context j) by the 16-byte windows through chunk where every
+ * chunk of the row has them, else byte by byte. */
+REFCG_INLINE void refcg_gather_tasks(const void* ctx, int64_t t0, int64_t t1, refcg_gather_chunk_fn chunk) {
+  const refcg_gather_job* j = (const refcg_gather_job*)ctx;
+  int64_t r0, r1;
+  refcg_gather_range(j, t0, t1, &r0, &r1);
+  if (j->by16)
+    refcg_gather_rows16(j, r0, r1, chunk);
+  else
+    refcg_gather_bytes(j, r0, r1);
+}
+
 /* ---- variant configs ----
  * One config per ISA variant, defined next to its kernels with named fields; per op family the
  * kernels and their tiling, NULL where the family keeps the generic path. refcg_fast.c holds the

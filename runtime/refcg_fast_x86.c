@@ -1694,15 +1694,8 @@ REFCG_INLINE void refcg_gather_chunk_avx2(const refcg_gather_job* j, const uint8
   _mm_storeu_si128((__m128i*)dst, v);
 }
 
-/* Row tasks [t0, t1): by the 16-byte windows where every chunk has them, else bytes. */
 static void refcg_gather_avx2(const void* ctx, int64_t t0, int64_t t1) {
-  const refcg_gather_job* j = (const refcg_gather_job*)ctx;
-  int64_t r0, r1;
-  refcg_gather_range(j, t0, t1, &r0, &r1);
-  if (j->by16)
-    refcg_gather_rows16(j, r0, r1, refcg_gather_chunk_avx2);
-  else
-    refcg_gather_bytes(j, r0, r1);
+  refcg_gather_tasks(ctx, t0, t1, refcg_gather_chunk_avx2);
 }
 
 /* ... with VBMI's permutes where the CPU has them (then no windows are built). */
