@@ -742,6 +742,11 @@ REFCG_API int refcg_requantize(const refcg_requantize_params* p, const void* inp
   if (!isa->requantize || !in_ok || !refcg_is_8bit(p->out_dtype) || p->rq.per_channel || !refcg_rq_vector_ok(&p->rq, 1) ||
       p->outer < 1 || p->channels < 1 || p->inner < 1)
     return refcg_requantize_ref(p, input, output);
+  /* the vector rows store a tail as their last full step again, re-reading input: buffers apart only */
+  const uintptr_t in0 = (uintptr_t)input, out0 = (uintptr_t)output + (uintptr_t)p->out_offset;
+  const uintptr_t in1 = in0 + (uintptr_t)(p->outer * p->channels * p->inner * (p->in_dtype == REFCG_S32 ? 4 : 1));
+  const uintptr_t out1 = out0 + (uintptr_t)((p->outer - 1) * p->out_outer_stride + p->channels * p->inner);
+  if (in0 < out1 && out0 < in1) return refcg_requantize_ref(p, input, output);
   refcg_rq_job j = {p, (const uint8_t*)input, (uint8_t*)output, p->channels * p->inner, 0};
   int64_t rows = p->outer;
   if (p->out_outer_stride == j.n) { /* the output rows are contiguous too: one row */

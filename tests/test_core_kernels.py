@@ -432,6 +432,23 @@ def test_requantize_variants_bit_exact(core, isa, shape, out_channels, offset):
     assert checked >= len(MODES)  # the requantize does not collapse everything
 
 
+@pytest.mark.parametrize("n", [40, 13, 100])
+def test_requantize_in_place(core, isa, n):
+    """refcg_requantize with the output on the input (a C caller's in-place requantize, rows whose tails
+    the vector steps would store as a last full step again): the reference's result."""
+    rng = np.random.default_rng(n)
+    x = full_range(rng, (3, n, 1), "uint8")
+    rq = make_requantize(np.float32(0.37), np.float32(1.0), 131, 7, "uint8", "UPWARD", "int64")
+    want = run_requantize(core, x, "uint8", rq, n, 0, reference=True)
+    p = core.ffi.new("refcg_requantize_params*")
+    p.outer, p.channels, p.inner, p.out_outer_stride = 3, n, 1, n
+    p.in_dtype = p.out_dtype = DTYPE_CODE["uint8"]
+    p.rq = core.requant(rq)[0]
+    buf = x.copy()
+    assert core.lib.refcg_requantize(p, core.ffi.from_buffer(buf), core.ffi.from_buffer(buf)) == 0
+    assert np.array_equal(buf, want), isa
+
+
 @pytest.mark.parametrize("size", [1, 63, 64, 65, 4096 + 200])
 def test_lut_variants_bit_exact(core, isa, size):
     """refcg_lut against numpy's table lookup on every byte value: tails of a 64-byte step, a second

@@ -134,7 +134,8 @@ typedef struct {
 } refcg_requantize_params;
 
 REFCG_API int refcg_requantize_ref(const refcg_requantize_params* p, const void* input, void* output);
-/* The same through the CPU's vector variant: 8-bit input and output, per tensor (else the reference). */
+/* The same through the CPU's vector variant: 8-bit input and output, per tensor, buffers apart (else the
+ * reference, which also takes a requantize in place). */
 REFCG_API int refcg_requantize(const refcg_requantize_params* p, const void* input, void* output);
 
 /* qnn.quantize (float32 -> int8/uint8: clip(round(x / scale) + zp) in float32, then cast) and
