@@ -449,10 +449,10 @@ def test_requantize_in_place(core, isa, n):
     assert np.array_equal(buf, want), isa
 
 
-@pytest.mark.parametrize("size", [1, 63, 64, 65, 4096 + 200])
+@pytest.mark.parametrize("size", [1, 63, 64, 65, 103, 4096 + 200])
 def test_lut_variants_bit_exact(core, isa, size):
-    """refcg_lut against numpy's table lookup on every byte value: tails of a 64-byte step, a second
-    4096-byte chunk; the bytes past the tensor untouched."""
+    """refcg_lut against numpy's table lookup on every byte value: tails of a 64-byte step (103: 64, 32,
+    then 7 bytes), a second 4096-byte chunk; the bytes past the tensor untouched."""
     rng = np.random.default_rng(size)
     table = rng.integers(0, 256, 256).astype("uint8")
     x = rng.integers(0, 256, size).astype("uint8")
