@@ -819,15 +819,17 @@ static int refcg_gather_setup(refcg_gather_job* j, const refcg_copy_params* p, c
   j->out = (uint8_t*)output;
   j->n = p->out_shape[last];
   j->size = p->in_shape[last];
+  for (int64_t i = 0; i < j->n; ++i)
+    if (p->take[last][i] < 0 || p->take[last][i] >= j->size) return 0; /* reads padding: the reference */
+  j->by16 = by16 && refcg_gather_plan16(j, p->take[last]);
+  if (by16) return j->rows > 0; /* the windows or bytes: no permute tables (VBMI's, below) */
   memset(j->idx, 0, sizeof(j->idx));
   memset(j->window, 0, sizeof(j->window));
   for (int64_t i = 0; i < j->n; ++i) {
     const int32_t t = p->take[last][i];
-    if (t < 0 || t >= j->size) return 0; /* reads padding: the reference */
     j->idx[i] = (uint8_t)(t % 128);
     j->window[i / 64][t / 128] |= (uint64_t)1 << (i % 64);
   }
-  j->by16 = by16 && refcg_gather_plan16(j, p->take[last]);
   return j->rows > 0;
 }
 
