@@ -154,6 +154,30 @@ static void refcg_gather_neon(const void* ctx, int64_t t0, int64_t t1) {
   refcg_gather_tasks(ctx, t0, t1, refcg_gather_chunk_neon);
 }
 
+/* Table lookups (refcg_lut_job), 16 bytes per step: tbl on the table's first 64 entries (0 past
+ * them), then tbx on each next 64 with the index lowered by 64 (an index past a quarter leaves the
+ * byte as it was). The reference's byte loop ran before: EfficientNet's swish, MobileNetV3's hardswish. */
+static void refcg_lut_bytes_neon(const uint8_t* table, const uint8_t* in, uint8_t* out, int64_t n) {
+  uint8x16x4_t q[4];
+  for (int k = 0; k < 4; ++k) q[k] = vld1q_u8_x4(table + 64 * k);
+  const uint8x16_t quarter = vdupq_n_u8(64);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    uint8x16_t x = vld1q_u8(in + i);
+    uint8x16_t r = vqtbl4q_u8(q[0], x);
+    for (int k = 1; k < 4; ++k) {
+      x = vsubq_u8(x, quarter);
+      r = vqtbx4q_u8(r, q[k], x);
+    }
+    vst1q_u8(out + i, r);
+  }
+  for (; i < n; ++i) out[i] = table[in[i]];
+}
+
+static void refcg_lut_neon(const void* ctx, int64_t t0, int64_t t1) {
+  refcg_lut_tasks((const refcg_lut_job*)ctx, t0, t1, refcg_lut_bytes_neon);
+}
+
 #pragma GCC push_options
 #pragma GCC target("arch=armv8.2-a+dotprod")
 
@@ -218,7 +242,7 @@ const refcg_isa_config refcg_isa_dotprod = {
     .pool = refcg_pool_neon,
     .quantize = NULL,
     .requantize = NULL,
-    .lut = NULL,
+    .lut = refcg_lut_neon,
     .reduce = refcg_reduce_neon,
     .gather = refcg_gather_neon,
     .gather_by16 = refcg_cpu_neon,
@@ -236,7 +260,7 @@ const refcg_isa_config refcg_isa_neon = {
     .pool = refcg_pool_neon,
     .quantize = NULL,
     .requantize = NULL,
-    .lut = NULL,
+    .lut = refcg_lut_neon,
     .reduce = refcg_reduce_neon,
     .gather = refcg_gather_neon,
     .gather_by16 = refcg_cpu_neon,

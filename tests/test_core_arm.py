@@ -156,6 +156,17 @@ def arm_binary(tmp_path_factory):
                      + c_struct(core, "refcg_copy_params", f"gp{i}",
                                 dict(values, take=["NULL"] * (values["ndim"] - 1) + [f"gtake{i}"])))
         checks.append(f"  bad += check(\"gather{i}\", refcg_copy(&gp{i}, gx{i}, out), gwant{i}, sizeof(gwant{i}));")
+    for i, (rows, row_len, stride, out_xor) in enumerate([(1, 4296, 4296, 0), (1, 103, 103, 0), (7, 96, 160, 0x80)]):
+        table = rng.integers(0, 256, 256).astype("uint8")  # lookups: 16-byte steps, tails, rows apart
+        x = rng.integers(0, 256, rows * row_len).astype("uint8")
+        x[:256 if x.size >= 256 else 0] = np.arange(256 if x.size >= 256 else 0)  # every index where it fits
+        want = np.full((rows, stride), 7, "uint8")
+        want[:, :row_len] = (table ^ out_xor)[x].reshape(rows, row_len)
+        values = dict(size=x.size, row_len=row_len, out_row_stride=stride, out_xor=out_xor)
+        convs.append(c_array("uint8_t", f"lx{i}", x) + c_array("uint8_t", f"ltable{i}", table)
+                     + c_array("int8_t", f"lwant{i}", want.view(np.int8)) + c_struct(core, "refcg_lut_params", f"lp{i}", values))
+        checks.append(f"  bad += check(\"lut{i}\", (memset(out, 7, sizeof(lwant{i})), refcg_lut(&lp{i}, ltable{i}, lx{i}, out)),"
+                      f" lwant{i}, sizeof(lwant{i}));")
     program = ("#include <stdio.h>\n#include <stdint.h>\n#include <string.h>\n" + bundled_core() + "\n"
                + "".join(convs) + """
 static int8_t out[1 << 16];
