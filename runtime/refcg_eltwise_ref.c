@@ -6,18 +6,6 @@
  */
 #include "refcg_internal.h"
 
-static inline int32_t refcg_binary_one(const refcg_binary_params* p, int32_t x, int32_t y) {
-  if (p->op == REFCG_BIN_MUL) {
-    const uint32_t prod = (uint32_t)(x - p->a_zp) * (uint32_t)(y - p->b_zp);
-    return refcg_requantize_one(&p->rq_a, (int32_t)prod, 0);
-  }
-  const uint32_t qa = (uint32_t)refcg_requantize_one(&p->rq_a, x, 0);
-  const uint32_t qb = (uint32_t)refcg_requantize_one(&p->rq_b, y, 0);
-  /* add: Q_a' + Q_b' - zp_out; subtract: Q_a' - Q_b' + zp_out */
-  const uint32_t v = p->op == REFCG_BIN_ADD ? qa + qb - (uint32_t)p->out_zp : qa - qb + (uint32_t)p->out_zp;
-  return refcg_clamp((int32_t)v, p->out_min, p->out_max);
-}
-
 REFCG_API int refcg_binary_ref(const refcg_binary_params* p, const void* a, const void* b, void* out) {
   if (p->ndim < 1 || p->ndim > REFCG_MAX_DIMS) return -1;
   int64_t index[REFCG_MAX_DIMS] = {0};

@@ -50,6 +50,21 @@ static inline int32_t refcg_clamp(int32_t v, int32_t lo, int32_t hi) {
   return v < lo ? lo : (v > hi ? hi : v);
 }
 
+/* One element of qnn.add/subtract/mul in TVM 0.19's canonical form (src/relay/qnn/op/{add,subtract,mul}.cc):
+ * int32 arithmetic written through unsigned types so it wraps like TVM's (the reference, and the rows of
+ * variants without vector binary kernels). */
+static inline int32_t refcg_binary_one(const refcg_binary_params* p, int32_t x, int32_t y) {
+  if (p->op == REFCG_BIN_MUL) {
+    const uint32_t prod = (uint32_t)(x - p->a_zp) * (uint32_t)(y - p->b_zp);
+    return refcg_requantize_one(&p->rq_a, (int32_t)prod, 0);
+  }
+  const uint32_t qa = (uint32_t)refcg_requantize_one(&p->rq_a, x, 0);
+  const uint32_t qb = (uint32_t)refcg_requantize_one(&p->rq_b, y, 0);
+  /* add: Q_a' + Q_b' - zp_out; subtract: Q_a' - Q_b' + zp_out */
+  const uint32_t v = p->op == REFCG_BIN_ADD ? qa + qb - (uint32_t)p->out_zp : qa - qb + (uint32_t)p->out_zp;
+  return refcg_clamp((int32_t)v, p->out_min, p->out_max);
+}
+
 /* One qnn.quantize value as TVM 0.19 computes it: clip(round(x / scale) + zp) in float32, then the
  * cast. ``multiply``: ``scale`` holds float32(1.0 / scale) and x is multiplied by it, as TVM's TIR
  * simplifier rewrites x / c for an immediate c (refcg_quantize_params). roundf: half away from zero,

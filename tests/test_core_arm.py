@@ -9,9 +9,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from core_cffi import DTYPE_CODE, Conv2D, Core, Dense
+from core_cffi import DTYPE_CODE, Binary, Conv2D, Core, Dense
 from refcodegen.emit import bundled_core, c_ints
-from refcodegen.numerics import FloatLowering, make_requantize
+from refcodegen.numerics import MODES, FloatLowering, make_requantize
 
 import fma_cases as fc
 from test_core_kernels import GATHER_CASES, full_range, gather_case
@@ -44,16 +44,22 @@ def c_array(ctype: str, name: str, values) -> str:
     return f"static const {ctype} {name}[{max(values.size, 1)}] = {{ {c_ints(values) if values.size else '0'} }};\n"
 
 
+def requant_init(name: str, rq) -> tuple[str, dict]:
+    """The arrays a refcg_requant points to (named after name) and its initializer's fields."""
+    arrays = (c_array("int32_t", f"{name}_m", rq.multipliers) + c_array("int32_t", f"{name}_s", rq.shifts)
+              + f"static const float {name}_f[] = {{ {', '.join(repr(float(v)) + 'f' for v in rq.scales_f32)} }};\n"
+              + f"static const double {name}_d[] = {{ {', '.join(repr(float(v)) for v in rq.scales_f64)} }};\n")
+    return arrays, dict(
+        mode=rq.mode, per_channel=int(rq.per_channel), identity=int(rq.identity), input_zp=rq.input_zp,
+        output_zp=rq.output_zp, out_min=rq.out_min, out_max=rq.out_max, multiplier=f"{name}_m",
+        shift=f"{name}_s", scale_f32=f"{name}_f", scale_f64=f"{name}_d", fused=int(rq.fused),
+        round_emulated=int(rq.round_emulated), addend_f32=f"{rq.addend!r}f", post_f32=f"{rq.post!r}f",
+        addend_f64=repr(rq.addend), post_f64=repr(rq.post))
+
+
 def emit_requant(core, name: str, rq) -> str:
-    return (c_array("int32_t", f"{name}_m", rq.multipliers) + c_array("int32_t", f"{name}_s", rq.shifts)
-            + f"static const float {name}_f[] = {{ {', '.join(repr(float(v)) + 'f' for v in rq.scales_f32)} }};\n"
-            + f"static const double {name}_d[] = {{ {', '.join(repr(float(v)) for v in rq.scales_f64)} }};\n"
-            + c_struct(core, "refcg_requant", name, dict(
-                mode=rq.mode, per_channel=int(rq.per_channel), identity=int(rq.identity), input_zp=rq.input_zp,
-                output_zp=rq.output_zp, out_min=rq.out_min, out_max=rq.out_max, multiplier=f"{name}_m",
-                shift=f"{name}_s", scale_f32=f"{name}_f", scale_f64=f"{name}_d", fused=int(rq.fused),
-                round_emulated=int(rq.round_emulated), addend_f32=f"{rq.addend!r}f", post_f32=f"{rq.post!r}f",
-                addend_f64=repr(rq.addend), post_f64=repr(rq.post))))
+    arrays, fields = requant_init(name, rq)
+    return arrays + c_struct(core, "refcg_requant", name, fields)
 
 
 def emit_conv(core, i: int, conv: Conv2D, x, rq, bias, want) -> str:
@@ -167,6 +173,52 @@ def arm_binary(tmp_path_factory):
                      + c_array("int8_t", f"lwant{i}", want.view(np.int8)) + c_struct(core, "refcg_lut_params", f"lp{i}", values))
         checks.append(f"  bad += check(\"lut{i}\", (memset(out, 7, sizeof(lwant{i})), refcg_lut(&lp{i}, ltable{i}, lx{i}, out)),"
                       f" lwant{i}, sizeof(lwant{i}));")
+    modes = list(MODES)  # (rounding, compute) pairs
+    # binary ops (tabulated operands on NEON): a residual add, a channel broadcast with a row tail, every
+    # requantize mode; mul element by element
+    for i, (op, (sa, sb), (xs, ys), (rounding, compute)) in enumerate([
+            ("add", (0.4728913, 0.3196284), ((1, 9, 7, 37), (1, 9, 7, 37)), modes[0]),
+            ("sub", (0.7, 0.45), ((1, 5, 3, 37), (1, 1, 1, 37)), modes[1]),
+            ("add", (1.7, 0.6), ((3, 4500), (4500,)), modes[3]),
+            ("mul", (0.002, 0.002), ((1, 6, 5, 24), (1, 1, 1, 24)), modes[-1])]):
+        x, y = full_range(rng, xs, "int8"), full_range(rng, ys, "uint8")
+        zps = (-3, 131, 7)
+        if op == "mul":
+            rq_a = rq_b = make_requantize(np.float32(sa), np.float32(1.0), 0, zps[2], "int8", rounding, compute)
+        else:
+            rq_a = make_requantize(np.float32(sa), np.float32(1.0), zps[0], zps[2], "int32", rounding, compute)
+            rq_b = make_requantize(np.float32(sb), np.float32(1.0), zps[1], zps[2], "int32", rounding, compute)
+        binary = Binary(core, op, x.shape, y.shape, x.dtype, y.dtype, "int8", rq_a, rq_b, zps, (-128, 127))
+        want = binary.run(x, y, reference=True)
+        assert len(np.unique(want)) > 8
+        (arrays_a, rqa), (arrays_b, rqb) = requant_init(f"bra{i}", rq_a), requant_init(f"brb{i}", rq_b)
+        fields = {f: list(getattr(binary.p, f)) if f in ("shape", "a_stride", "b_stride") else getattr(binary.p, f)
+                  for f in ("op", "ndim", "shape", "a_stride", "b_stride", "a_dtype", "b_dtype", "out_dtype", "a_zp",
+                            "b_zp", "out_zp", "out_min", "out_max")}
+        convs.append(arrays_a + arrays_b + c_array("int8_t", f"bx{i}", x) + c_array("uint8_t", f"by{i}", y)
+                     + c_array("int8_t", f"bwant{i}", want)
+                     + c_struct(core, "refcg_binary_params", f"bp{i}", dict(fields, rq_a=rqa, rq_b=rqb)))
+        checks.append(f"  bad += check(\"binary{i}\", refcg_binary(&bp{i}, bx{i}, by{i}, out), bwant{i}, sizeof(bwant{i}));")
+    # 8-bit requantizes (a table looked up on NEON): contiguous, into a concatenation's rows, in place
+    for i, (outer, n, stride, offset, rounding, compute) in enumerate([(1, 4103, 4103, 0, *modes[0]),
+                                                                       (6, 58, 116, 58, *modes[1]),
+                                                                       (3, 40, 40, 0, *modes[4])]):
+        x = full_range(rng, (outer, n), "uint8")
+        rq = make_requantize(np.float32(0.37), np.float32(0.41), 128, -5, "int8", rounding, compute)
+        values = dict(outer=outer, channels=n, inner=1, in_dtype=DTYPE_CODE["uint8"], out_dtype=DTYPE_CODE["int8"],
+                      out_outer_stride=stride, out_offset=offset)
+        p = core.ffi.new("refcg_requantize_params*", values)
+        p.rq = core.requant(rq)[0]
+        want = np.full(outer * stride + offset, 7, "int8")
+        assert core.lib.refcg_requantize_ref(p, core.ffi.from_buffer(x), core.ffi.from_buffer(want)) == 0
+        assert len(np.unique(want)) > 8
+        arrays, rqf = requant_init(f"qrq{i}", rq)
+        convs.append(arrays + c_array("uint8_t", f"qx{i}", x) + c_array("int8_t", f"qwant{i}", want)
+                     + c_struct(core, "refcg_requantize_params", f"qp{i}", dict(values, rq=rqf)))
+        inplace = i == 2  # the output is the input: the lookup rows read and write each row in place
+        call = (f"(memcpy(out, qx{i}, sizeof(qx{i})), refcg_requantize(&qp{i}, out, out))" if inplace else
+                f"(memset(out, 7, sizeof(qwant{i})), refcg_requantize(&qp{i}, qx{i}, out))")
+        checks.append(f"  bad += check(\"requantize{i}\", {call}, qwant{i}, sizeof(qwant{i}));")
     program = ("#include <stdio.h>\n#include <stdint.h>\n#include <string.h>\n" + bundled_core() + "\n"
                + "".join(convs) + """
 static int8_t out[1 << 16];
