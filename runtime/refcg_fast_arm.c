@@ -2,7 +2,8 @@
  * aarch64 variants: NEON (smull/sadalp, baseline on every aarch64 CPU) and NEON dot
  * product (sdot, compiled with a target pragma and used only when HWCAP_ASIMDDP is set).
  * Inputs are in the int8 domain; s8 x s8 products fit int16 exactly (|p| <= 16384), so
- * smull + sadalp never saturates. Epilogue: the scalar requantize per element.
+ * smull + sadalp never saturates. Epilogue: 16 channels in NEON lanes for the fixed-point modes
+ * (refcg_epi_neon), else the scalar requantize per element.
  */
 #include "refcg_fast_internal.h"
 
@@ -16,6 +17,61 @@ REFCG_INLINE int8x16_t refcg_dup4_neon(const uint8_t* p) {
   int32_t v;
   memcpy(&v, p, 4);
   return vreinterpretq_s8_s32(vdupq_n_s32(v));
+}
+
+/* The epilogue of 16 channels from c0 (refcg_epi_scalar's contract) in NEON lanes for the two
+ * fixed-point modes of aarch64 targets with 8-bit outputs and shifts in -31..31, else the scalar one.
+ * int64 UPWARD (TVM's llvm lowering of tir.q_multiply_shift): x * m widened (smull), shifted left by
+ * max(s, 0) (the scalar's (x << ls) * m, equal mod 2^64), the rounding bit added, shifted right by
+ * 31 - min(s, 0) and truncated to int32 as the scalar is; int64 UPWARD_NEON (TVM's own int32x4 lowering):
+ * x << max(s, 0), sqrdmulh, a rounding right shift by -min(s, 0) (srshl), as it is written. */
+REFCG_INLINE void refcg_epi_neon(const refcg_epi* e, const int32_t* acc, int32_t c0, int32_t nvalid, int64_t off) {
+  const refcg_requant* rq = e->rq;
+  const int up = rq->mode == REFCG_RQ_INT64_UPWARD, neon = rq->mode == REFCG_RQ_INT64_UPWARD_NEON;
+  int32_t m[16], sh[16];
+  int ok = nvalid == 16 && (up || neon) && !rq->identity && refcg_is_8bit(e->out_dtype);
+  for (int l = 0; l < 16 && ok; ++l) {
+    const int32_t c = rq->per_channel ? c0 + l : 0;
+    m[l] = rq->multiplier[c];
+    sh[l] = rq->shift[c];
+    ok = sh[l] >= -31 && sh[l] <= 31;
+  }
+  if (!ok) {
+    refcg_epi_scalar(e, acc, c0, nvalid, off);
+    return;
+  }
+  const int32x4_t izp = vdupq_n_s32(rq->input_zp), ozp = vdupq_n_s32(rq->output_zp), zero = vdupq_n_s32(0);
+  const int32x4_t lo = vdupq_n_s32(rq->out_min), hi = vdupq_n_s32(rq->out_max);
+  int32x4_t v[4];
+  for (int g = 0; g < 4; ++g) {
+    const int32x4_t x = vsubq_s32(vaddq_s32(vld1q_s32(acc + 4 * g), vld1q_s32(e->corr + c0 + 4 * g)), izp);
+    const int32x4_t mv = vld1q_s32(m + 4 * g), sv = vld1q_s32(sh + 4 * g);
+    const int32x4_t ls = vmaxq_s32(sv, zero), rs = vminq_s32(sv, zero); /* rs: minus the right shift */
+    if (up) {
+      const int32x4_t t = vsubq_s32(vdupq_n_s32(31), rs), below = vsubq_s32(t, vdupq_n_s32(1));
+      int64x2_t p[2] = {vmull_s32(vget_low_s32(x), vget_low_s32(mv)), vmull_high_s32(x, mv)};
+      for (int k = 0; k < 2; ++k) {
+        const int64x2_t lsk = vmovl_s32(k ? vget_high_s32(ls) : vget_low_s32(ls));
+        const int64x2_t tk = vmovl_s32(k ? vget_high_s32(t) : vget_low_s32(t));
+        const int64x2_t rk = vshlq_s64(vdupq_n_s64(1), vmovl_s32(k ? vget_high_s32(below) : vget_low_s32(below)));
+        p[k] = vshlq_s64(vaddq_s64(vshlq_s64(p[k], lsk), rk), vnegq_s64(tk));
+      }
+      v[g] = vcombine_s32(vmovn_s64(p[0]), vmovn_s64(p[1]));
+    } else {
+      v[g] = vrshlq_s32(vqrdmulhq_s32(vshlq_s32(x, ls), mv), rs);
+    }
+    v[g] = vminq_s32(vmaxq_s32(vaddq_s32(v[g], ozp), lo), hi);
+  }
+  const int8x16_t bytes = vcombine_s8(vmovn_s16(vcombine_s16(vmovn_s32(v[0]), vmovn_s32(v[1]))),
+                                      vmovn_s16(vcombine_s16(vmovn_s32(v[2]), vmovn_s32(v[3]))));
+  int8_t* o = (int8_t*)e->out + off + (int64_t)c0 * e->o_c;
+  if (e->o_c == 1) {
+    vst1q_s8(o, bytes);
+  } else {
+    int8_t b[16];
+    vst1q_s8(b, bytes);
+    for (int l = 0; l < 16; ++l) o[l * e->o_c] = b[l];
+  }
 }
 
 /* MR = 2 rows x 16 channels; per channel two pair-sum lanes, folded by vpaddq at the end. */
@@ -46,7 +102,7 @@ REFCG_INLINE void refcg_tile_neon(const refcg_gemm_job* j, int32_t i0, int32_t n
   for (int r = 0; r < rows; ++r) {
     int32_t t[16];
     for (int g = 0; g < 4; ++g) vst1q_s32(t + 4 * g, vpaddq_s32(acc[r][2 * g], acc[r][2 * g + 1]));
-    refcg_epi_scalar(&j->epi, t, c0, nvalid, out_off[r]);
+    refcg_epi_neon(&j->epi, t, c0, nvalid, out_off[r]);
   }
 }
 
@@ -72,7 +128,7 @@ REFCG_INLINE void refcg_dw16_neon(const refcg_dw_job* j, const uint8_t* base, in
 }
 
 static void refcg_dw_neon(const void* ctx, int64_t r0, int64_t r1) {
-  refcg_dw_rows((const refcg_dw_job*)ctx, r0, r1, refcg_dw16_neon, refcg_epi_scalar);
+  refcg_dw_rows((const refcg_dw_job*)ctx, r0, r1, refcg_dw16_neon, refcg_epi_neon);
 }
 
 /* ---- depthwise on channel planes (refcg_dwp_channels): vqtbl1q gathers the Q taps of 4 pixels
@@ -206,7 +262,7 @@ REFCG_INLINE void refcg_tile_dotprod(const refcg_gemm_job* j, int32_t i0, int32_
   for (int r = 0; r < rows; ++r) {
     int32_t t[16];
     for (int g = 0; g < 4; ++g) vst1q_s32(t + 4 * g, acc[r][g]);
-    refcg_epi_scalar(&j->epi, t, c0, nvalid, out_off[r]);
+    refcg_epi_neon(&j->epi, t, c0, nvalid, out_off[r]);
   }
 }
 

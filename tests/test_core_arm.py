@@ -114,9 +114,20 @@ def arm_binary(tmp_path_factory):
                       groups=groups, in_dtype=dtype, input_zp=izp, bias=bias, requant=rq)
         convs.append(emit_conv(core, i, conv, x, rq, bias, conv.run(x, fast=False)))
         checks.append(f"  bad += check(\"conv{i}\", refcg_conv2d(&p{i}, &k{i}, &f{i}, x{i}, out), want{i}, sizeof(want{i}));")
+    # per-tensor scales past 1 (a left shift before the multiply) in both fixed-point modes, small values
+    for i, mode in enumerate([("UPWARD", "int64"), ("UPWARD", "int64-neon")], len(convs)):
+        x = rng.integers(-4, 5, (1, 5, 6, 16)).astype(np.int8)
+        weight = rng.integers(-1, 2, (37, 1, 1, 16)).astype(np.int8)
+        bias = rng.integers(-20, 20, 37).astype(np.int32)
+        rq = make_requantize(np.float32(1.7), np.float32(1.0), 0, -3, "int8", *mode)
+        conv = Conv2D(core, in_shape=x.shape, layout="NHWC", weight_ohwi=weight, input_zp=1, bias=bias, requant=rq)
+        want = conv.run(x, fast=False)
+        assert len(np.unique(want)) > 8 and rq.shifts[0] > 0
+        convs.append(emit_conv(core, i, conv, x, rq, bias, want))
+        checks.append(f"  bad += check(\"conv{i}\", refcg_conv2d(&p{i}, &k{i}, &f{i}, x{i}, out), want{i}, sizeof(want{i}));")
     # float32 rounding boundaries (tests/fma_cases.py) fused, with TVM's non-sse4.1 rounding, as aarch64 builds
     x = np.arange(-128, 128, dtype=np.int8).reshape(1, 16, 16, 1)
-    for i, rounding in enumerate(("UPWARD", "TONEAREST"), len(shapes)):
+    for i, rounding in enumerate(("UPWARD", "TONEAREST"), len(convs)):
         bias = fc.per_channel_accs(-128, rounding)
         rq = make_requantize(fc.per_channel_scales(-128), fc.f32(fc.S_OUT), 0, -128, "int8", rounding, "float32",
                              lowering=FloatLowering(sse41=False, fma=True))
