@@ -19,6 +19,28 @@ REFCG_INLINE int8x16_t refcg_dup4_neon(const uint8_t* p) {
   return vreinterpretq_s8_s32(vdupq_n_s32(v));
 }
 
+/* x requantized before the output zero point and clamp in int64 UPWARD (up) or TVM's NEON mode, with
+ * multipliers mv and shifts sv (-31..31) per lane (refcg_epi_neon says how). */
+/* 1: rq is int64 UPWARD, 2: TVM's NEON mode (not the identity), both refcg_fpm_neon's; 0: neither. */
+REFCG_INLINE int refcg_fpm_neon_mode(const refcg_requant* rq) {
+  return rq->identity ? 0 : rq->mode == REFCG_RQ_INT64_UPWARD ? 1 : rq->mode == REFCG_RQ_INT64_UPWARD_NEON ? 2 : 0;
+}
+
+REFCG_INLINE int32x4_t refcg_fpm_neon(int32x4_t x, int32x4_t mv, int32x4_t sv, int up) {
+  const int32x4_t zero = vdupq_n_s32(0);
+  const int32x4_t ls = vmaxq_s32(sv, zero), rs = vminq_s32(sv, zero); /* rs: minus the right shift */
+  if (!up) return vrshlq_s32(vqrdmulhq_s32(vshlq_s32(x, ls), mv), rs);
+  const int32x4_t t = vsubq_s32(vdupq_n_s32(31), rs), below = vsubq_s32(t, vdupq_n_s32(1));
+  int64x2_t p[2] = {vmull_s32(vget_low_s32(x), vget_low_s32(mv)), vmull_high_s32(x, mv)};
+  for (int k = 0; k < 2; ++k) {
+    const int64x2_t lsk = vmovl_s32(k ? vget_high_s32(ls) : vget_low_s32(ls));
+    const int64x2_t tk = vmovl_s32(k ? vget_high_s32(t) : vget_low_s32(t));
+    const int64x2_t rk = vshlq_s64(vdupq_n_s64(1), vmovl_s32(k ? vget_high_s32(below) : vget_low_s32(below)));
+    p[k] = vshlq_s64(vaddq_s64(vshlq_s64(p[k], lsk), rk), vnegq_s64(tk));
+  }
+  return vcombine_s32(vmovn_s64(p[0]), vmovn_s64(p[1]));
+}
+
 /* The epilogue of 16 channels from c0 (refcg_epi_scalar's contract) in NEON lanes for the two
  * fixed-point modes of aarch64 targets with 8-bit outputs and shifts in -31..31, else the scalar one.
  * int64 UPWARD (TVM's llvm lowering of tir.q_multiply_shift): x * m widened (smull), shifted left by
@@ -27,9 +49,9 @@ REFCG_INLINE int8x16_t refcg_dup4_neon(const uint8_t* p) {
  * x << max(s, 0), sqrdmulh, a rounding right shift by -min(s, 0) (srshl), as it is written. */
 REFCG_INLINE void refcg_epi_neon(const refcg_epi* e, const int32_t* acc, int32_t c0, int32_t nvalid, int64_t off) {
   const refcg_requant* rq = e->rq;
-  const int up = rq->mode == REFCG_RQ_INT64_UPWARD, neon = rq->mode == REFCG_RQ_INT64_UPWARD_NEON;
+  const int mode = refcg_fpm_neon_mode(rq), up = mode == 1;
   int32_t m[16], sh[16];
-  int ok = nvalid == 16 && (up || neon) && !rq->identity && refcg_is_8bit(e->out_dtype);
+  int ok = nvalid == 16 && mode && refcg_is_8bit(e->out_dtype);
   for (int l = 0; l < 16 && ok; ++l) {
     const int32_t c = rq->per_channel ? c0 + l : 0;
     m[l] = rq->multiplier[c];
@@ -40,27 +62,13 @@ REFCG_INLINE void refcg_epi_neon(const refcg_epi* e, const int32_t* acc, int32_t
     refcg_epi_scalar(e, acc, c0, nvalid, off);
     return;
   }
-  const int32x4_t izp = vdupq_n_s32(rq->input_zp), ozp = vdupq_n_s32(rq->output_zp), zero = vdupq_n_s32(0);
+  const int32x4_t izp = vdupq_n_s32(rq->input_zp), ozp = vdupq_n_s32(rq->output_zp);
   const int32x4_t lo = vdupq_n_s32(rq->out_min), hi = vdupq_n_s32(rq->out_max);
   int32x4_t v[4];
   for (int g = 0; g < 4; ++g) {
     const int32x4_t x = vsubq_s32(vaddq_s32(vld1q_s32(acc + 4 * g), vld1q_s32(e->corr + c0 + 4 * g)), izp);
     const int32x4_t mv = vld1q_s32(m + 4 * g), sv = vld1q_s32(sh + 4 * g);
-    const int32x4_t ls = vmaxq_s32(sv, zero), rs = vminq_s32(sv, zero); /* rs: minus the right shift */
-    if (up) {
-      const int32x4_t t = vsubq_s32(vdupq_n_s32(31), rs), below = vsubq_s32(t, vdupq_n_s32(1));
-      int64x2_t p[2] = {vmull_s32(vget_low_s32(x), vget_low_s32(mv)), vmull_high_s32(x, mv)};
-      for (int k = 0; k < 2; ++k) {
-        const int64x2_t lsk = vmovl_s32(k ? vget_high_s32(ls) : vget_low_s32(ls));
-        const int64x2_t tk = vmovl_s32(k ? vget_high_s32(t) : vget_low_s32(t));
-        const int64x2_t rk = vshlq_s64(vdupq_n_s64(1), vmovl_s32(k ? vget_high_s32(below) : vget_low_s32(below)));
-        p[k] = vshlq_s64(vaddq_s64(vshlq_s64(p[k], lsk), rk), vnegq_s64(tk));
-      }
-      v[g] = vcombine_s32(vmovn_s64(p[0]), vmovn_s64(p[1]));
-    } else {
-      v[g] = vrshlq_s32(vqrdmulhq_s32(vshlq_s32(x, ls), mv), rs);
-    }
-    v[g] = vminq_s32(vmaxq_s32(vaddq_s32(v[g], ozp), lo), hi);
+    v[g] = vminq_s32(vmaxq_s32(vaddq_s32(refcg_fpm_neon(x, mv, sv, up), ozp), lo), hi);
   }
   const int8x16_t bytes = vcombine_s8(vmovn_s16(vcombine_s16(vmovn_s32(v[0]), vmovn_s32(v[1]))),
                                       vmovn_s16(vcombine_s16(vmovn_s32(v[2]), vmovn_s32(v[3]))));
@@ -210,6 +218,53 @@ static void refcg_gather_neon(const void* ctx, int64_t t0, int64_t t1) {
   refcg_gather_tasks(ctx, t0, t1, refcg_gather_chunk_neon);
 }
 
+/* 8 8-bit elements from x (stride 1) or x[0] in every lane (stride 0), as int16. */
+REFCG_INLINE int16x8_t refcg_bin_load_neon(const uint8_t* x, int64_t stride, int32_t dtype) {
+  if (stride == 0) return vdupq_n_s16((int16_t)refcg_load(x, 0, dtype));
+  return dtype == REFCG_S8 ? vmovl_s8(vld1_s8((const int8_t*)x)) : vreinterpretq_s16_u16(vmovl_u8(vld1_u8(x)));
+}
+
+/* qnn.mul rows (squeeze-excite's x * gate), 8 elements per step: the product of the operands less
+ * their zero points (within +-255), exact in int32, then rq_a in NEON lanes where it is int64 UPWARD
+ * per tensor (refcg_fpm_neon; refcg_binary sends TVM's NEON mode to the reference); a row's last
+ * elements as the reference. */
+REFCG_INLINE void refcg_bin_mul_row_neon(const refcg_bin_job* j, const void* ctx, int64_t ia, int64_t ib, int64_t io,
+                                         int64_t n) {
+  const refcg_binary_params* p = j->p;
+  const refcg_requant* rq = &p->rq_a;
+  const int64_t sa = j->as[j->ndim - 1], sb = j->bs[j->ndim - 1];
+  const uint8_t* a = j->a + ia;
+  const uint8_t* b = j->b + ib;
+  uint8_t* out = j->out + io;
+  const int16x8_t azp = vdupq_n_s16((int16_t)p->a_zp), bzp = vdupq_n_s16((int16_t)p->b_zp);
+  const int32x4_t izp = vdupq_n_s32(rq->input_zp), ozp = vdupq_n_s32(rq->output_zp);
+  const int32x4_t lo = vdupq_n_s32(rq->out_min), hi = vdupq_n_s32(rq->out_max);
+  const int32x4_t mv = vdupq_n_s32(rq->multiplier[0]), sv = vdupq_n_s32(rq->shift[0]);
+  (void)ctx;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const int16x8_t x = vsubq_s16(refcg_bin_load_neon(a + i * sa, sa, p->a_dtype), azp);
+    const int16x8_t y = vsubq_s16(refcg_bin_load_neon(b + i * sb, sb, p->b_dtype), bzp);
+    int32x4_t v[2] = {vmull_s16(vget_low_s16(x), vget_low_s16(y)), vmull_high_s16(x, y)};
+    for (int k = 0; k < 2; ++k)
+      v[k] = vminq_s32(vmaxq_s32(vaddq_s32(refcg_fpm_neon(vsubq_s32(v[k], izp), mv, sv, 1), ozp), lo), hi);
+    vst1_s8((int8_t*)out + i, vmovn_s16(vcombine_s16(vmovn_s32(v[0]), vmovn_s32(v[1]))));
+  }
+  for (; i < n; ++i)
+    out[i] = (uint8_t)refcg_binary_one(p, refcg_load(a, i * sa, p->a_dtype), refcg_load(b, i * sb, p->b_dtype));
+}
+
+/* binary_rows: mul in NEON lanes where rq_a allows (refcg_bin_mul_row_neon), the rest tabulated. */
+static void refcg_bin_neon(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_bin_job* j = (const refcg_bin_job*)ctx;
+  const refcg_requant* rq = &j->p->rq_a;
+  if (j->p->op == REFCG_BIN_MUL && refcg_fpm_neon_mode(rq) == 1 && !rq->per_channel && rq->shift[0] >= -31 &&
+      rq->shift[0] <= 31 && abs(j->p->a_zp) <= 255 && abs(j->p->b_zp) <= 255)
+    refcg_bin_rows(j, NULL, t0, t1, refcg_bin_mul_row_neon);
+  else
+    refcg_bin_tabled(ctx, t0, t1);
+}
+
 /* Table lookups (refcg_lut_job), 16 bytes per step: tbl on the table's first 64 entries (0 past
  * them), then tbx on each next 64 with the index lowered by 64 (an index past a quarter leaves the
  * byte as it was). The reference's byte loop ran before: EfficientNet's swish, MobileNetV3's hardswish. */
@@ -294,7 +349,7 @@ const refcg_isa_config refcg_isa_dotprod = {
     .gemm = {.mr = 4, .nv = 1, .tiles = refcg_tiles_dotprod, .planes = NULL, .flips = 0, .wino = NULL,
              .reads_a16 = NULL},
     .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_dotprod, .pairs = 0, .quads = 0, .qmax = 4},
-    .binary_rows = refcg_bin_tabled,
+    .binary_rows = refcg_bin_neon,
     .pool = refcg_pool_neon,
     .quantize = NULL,
     .requantize = NULL,
@@ -312,7 +367,7 @@ const refcg_isa_config refcg_isa_neon = {
     .gemm = {.mr = 2, .nv = 1, .tiles = refcg_tiles_neon, .planes = NULL, .flips = 0, .wino = NULL,
              .reads_a16 = NULL},
     .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_neon, .pairs = 0, .quads = 0, .qmax = 4},
-    .binary_rows = refcg_bin_tabled,
+    .binary_rows = refcg_bin_neon,
     .pool = refcg_pool_neon,
     .quantize = NULL,
     .requantize = NULL,

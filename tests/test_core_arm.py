@@ -185,13 +185,15 @@ def arm_binary(tmp_path_factory):
         checks.append(f"  bad += check(\"lut{i}\", (memset(out, 7, sizeof(lwant{i})), refcg_lut(&lp{i}, ltable{i}, lx{i}, out)),"
                       f" lwant{i}, sizeof(lwant{i}));")
     modes = list(MODES)  # (rounding, compute) pairs
-    # binary ops (tabulated operands on NEON): a residual add, a channel broadcast with a row tail, every
-    # requantize mode; mul element by element
+    # binary ops (tabulated operands on NEON): a residual add, a channel broadcast with a row tail, the
+    # requantize modes; mul in NEON lanes (both fixed-point modes), in a float mode element by element
     for i, (op, (sa, sb), (xs, ys), (rounding, compute)) in enumerate([
             ("add", (0.4728913, 0.3196284), ((1, 9, 7, 37), (1, 9, 7, 37)), modes[0]),
             ("sub", (0.7, 0.45), ((1, 5, 3, 37), (1, 1, 1, 37)), modes[1]),
             ("add", (1.7, 0.6), ((3, 4500), (4500,)), modes[3]),
-            ("mul", (0.002, 0.002), ((1, 6, 5, 24), (1, 1, 1, 24)), modes[-1])]):
+            ("mul", (0.002, 0.002), ((1, 6, 5, 24), (1, 1, 1, 24)), modes[-1]),
+            ("mul", (0.002, 0.002), ((1, 20, 20, 37), (1, 1, 1, 37)), modes[0]),  # widened rows, tails
+            ("mul", (0.002, 0.002), ((1, 5, 3, 37), (1, 5, 3, 37)), modes[3])]):
         x, y = full_range(rng, xs, "int8"), full_range(rng, ys, "uint8")
         zps = (-3, 131, 7)
         if op == "mul":
