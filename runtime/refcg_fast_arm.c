@@ -42,7 +42,8 @@ REFCG_INLINE int32x4_t refcg_fpm_neon(int32x4_t x, int32x4_t mv, int32x4_t sv, i
 }
 
 /* The epilogue of 16 channels from c0 (refcg_epi_scalar's contract) in NEON lanes for the two
- * fixed-point modes of aarch64 targets with 8-bit outputs and shifts in -31..31, else the scalar one.
+ * fixed-point modes of aarch64 targets with 8-bit outputs and shifts in -31..31 (a channel tail's
+ * lanes computed, not stored), else the scalar one.
  * int64 UPWARD (TVM's llvm lowering of tir.q_multiply_shift): x * m widened (smull), shifted left by
  * max(s, 0) (the scalar's (x << ls) * m, equal mod 2^64), the rounding bit added, shifted right by
  * 31 - min(s, 0) and truncated to int32 as the scalar is; int64 UPWARD_NEON (TVM's own int32x4 lowering):
@@ -50,12 +51,13 @@ REFCG_INLINE int32x4_t refcg_fpm_neon(int32x4_t x, int32x4_t mv, int32x4_t sv, i
 REFCG_INLINE void refcg_epi_neon(const refcg_epi* e, const int32_t* acc, int32_t c0, int32_t nvalid, int64_t off) {
   const refcg_requant* rq = e->rq;
   const int mode = refcg_fpm_neon_mode(rq), up = mode == 1;
-  int32_t m[16], sh[16];
-  int ok = nvalid == 16 && mode && refcg_is_8bit(e->out_dtype);
-  for (int l = 0; l < 16 && ok; ++l) {
+  int32_t m[16] = {0}, sh[16] = {0}, corr[16] = {0}; /* a tail's lanes past nvalid: zeros, not stored */
+  int ok = mode && refcg_is_8bit(e->out_dtype);
+  for (int l = 0; l < nvalid && ok; ++l) {
     const int32_t c = rq->per_channel ? c0 + l : 0;
     m[l] = rq->multiplier[c];
     sh[l] = rq->shift[c];
+    corr[l] = e->corr[c0 + l];
     ok = sh[l] >= -31 && sh[l] <= 31;
   }
   if (!ok) {
@@ -66,19 +68,19 @@ REFCG_INLINE void refcg_epi_neon(const refcg_epi* e, const int32_t* acc, int32_t
   const int32x4_t lo = vdupq_n_s32(rq->out_min), hi = vdupq_n_s32(rq->out_max);
   int32x4_t v[4];
   for (int g = 0; g < 4; ++g) {
-    const int32x4_t x = vsubq_s32(vaddq_s32(vld1q_s32(acc + 4 * g), vld1q_s32(e->corr + c0 + 4 * g)), izp);
+    const int32x4_t x = vsubq_s32(vaddq_s32(vld1q_s32(acc + 4 * g), vld1q_s32(corr + 4 * g)), izp);
     const int32x4_t mv = vld1q_s32(m + 4 * g), sv = vld1q_s32(sh + 4 * g);
     v[g] = vminq_s32(vmaxq_s32(vaddq_s32(refcg_fpm_neon(x, mv, sv, up), ozp), lo), hi);
   }
   const int8x16_t bytes = vcombine_s8(vmovn_s16(vcombine_s16(vmovn_s32(v[0]), vmovn_s32(v[1]))),
                                       vmovn_s16(vcombine_s16(vmovn_s32(v[2]), vmovn_s32(v[3]))));
   int8_t* o = (int8_t*)e->out + off + (int64_t)c0 * e->o_c;
-  if (e->o_c == 1) {
+  if (e->o_c == 1 && nvalid == 16) {
     vst1q_s8(o, bytes);
   } else {
     int8_t b[16];
     vst1q_s8(b, bytes);
-    for (int l = 0; l < 16; ++l) o[l * e->o_c] = b[l];
+    for (int l = 0; l < nvalid; ++l) o[l * e->o_c] = b[l];
   }
 }
 
