@@ -19,13 +19,13 @@ REFCG_INLINE int8x16_t refcg_dup4_neon(const uint8_t* p) {
   return vreinterpretq_s8_s32(vdupq_n_s32(v));
 }
 
-/* x requantized before the output zero point and clamp in int64 UPWARD (up) or TVM's NEON mode, with
- * multipliers mv and shifts sv (-31..31) per lane (refcg_epi_neon says how). */
 /* 1: rq is int64 UPWARD, 2: TVM's NEON mode (not the identity), both refcg_fpm_neon's; 0: neither. */
 REFCG_INLINE int refcg_fpm_neon_mode(const refcg_requant* rq) {
   return rq->identity ? 0 : rq->mode == REFCG_RQ_INT64_UPWARD ? 1 : rq->mode == REFCG_RQ_INT64_UPWARD_NEON ? 2 : 0;
 }
 
+/* x requantized before the output zero point and clamp in int64 UPWARD (up) or TVM's NEON mode, with
+ * multipliers mv and shifts sv (-31..31) per lane (refcg_epi_neon says how). */
 REFCG_INLINE int32x4_t refcg_fpm_neon(int32x4_t x, int32x4_t mv, int32x4_t sv, int up) {
   const int32x4_t zero = vdupq_n_s32(0);
   const int32x4_t ls = vmaxq_s32(sv, zero), rs = vminq_s32(sv, zero); /* rs: minus the right shift */
