@@ -267,6 +267,33 @@ static void refcg_bin_neon(const void* ctx, int64_t t0, int64_t t1) {
     refcg_bin_tabled(ctx, t0, t1);
 }
 
+/* qnn.quantize chunks (refcg_quant_job), 8 floats per step: refcg_quantize_one in lanes: the scale's
+ * division or multiply, frinta (roundf: half away from zero), the zero point added, the clamp (fmax /
+ * fmin keep a NaN, as the scalar comparisons do, and fcvtzs makes it 0 as the scalar cast does here). */
+static void refcg_quant_neon(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_quant_job* j = (const refcg_quant_job*)ctx;
+  const refcg_quantize_params* p = j->p;
+  const int u8 = p->quant_dtype == REFCG_U8;
+  const float32x4_t lo = vdupq_n_f32(u8 ? 0.0f : -128.0f), hi = vdupq_n_f32(u8 ? 255.0f : 127.0f);
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t i0, i1;
+    const int64_t c = refcg_quant_chunk(j, t, &i0, &i1);
+    const float32x4_t scale = vdupq_n_f32(p->scale[c]), zp = vdupq_n_f32((float)p->zero_point[c]);
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8) {
+      int32x4_t q[2];
+      for (int k = 0; k < 2; ++k) {
+        const float32x4_t x = vld1q_f32(j->in + i + 4 * k);
+        const float32x4_t y = vrndaq_f32(p->multiply ? vmulq_f32(x, scale) : vdivq_f32(x, scale));
+        q[k] = vcvtq_s32_f32(vminq_f32(vmaxq_f32(vaddq_f32(y, zp), lo), hi));
+      }
+      vst1_s8((int8_t*)j->out + i, vmovn_s16(vcombine_s16(vmovn_s32(q[0]), vmovn_s32(q[1]))));
+    }
+    for (; i < i1; ++i)
+      j->out[i] = (uint8_t)refcg_quantize_one(j->in[i], p->scale[c], p->multiply, p->zero_point[c], p->quant_dtype);
+  }
+}
+
 /* Table lookups (refcg_lut_job), 16 bytes per step: tbl on the table's first 64 entries (0 past
  * them), then tbx on each next 64 with the index lowered by 64 (an index past a quarter leaves the
  * byte as it was). The reference's byte loop ran before: EfficientNet's swish, MobileNetV3's hardswish. */
@@ -353,7 +380,7 @@ const refcg_isa_config refcg_isa_dotprod = {
     .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_dotprod, .pairs = 0, .quads = 0, .qmax = 4},
     .binary_rows = refcg_bin_neon,
     .pool = refcg_pool_neon,
-    .quantize = NULL,
+    .quantize = refcg_quant_neon,
     .requantize = NULL,
     .lut = refcg_lut_neon,
     .reduce = refcg_reduce_neon,
@@ -371,7 +398,7 @@ const refcg_isa_config refcg_isa_neon = {
     .dw = {.rows = refcg_dw_neon, .planes = refcg_dwp_neon, .pairs = 0, .quads = 0, .qmax = 4},
     .binary_rows = refcg_bin_neon,
     .pool = refcg_pool_neon,
-    .quantize = NULL,
+    .quantize = refcg_quant_neon,
     .requantize = NULL,
     .lut = refcg_lut_neon,
     .reduce = refcg_reduce_neon,

@@ -30,6 +30,16 @@ def c_value(value) -> str:
     return str(value)
 
 
+def c_float(v) -> str:
+    """A float32 as a C constant expression that compiles to its exact bits (NaN and infinities too)."""
+    v = np.float32(v)
+    if np.isnan(v):
+        return "__builtin_nanf(\"\")"
+    if np.isinf(v):
+        return "__builtin_inff()" if v > 0 else "-__builtin_inff()"
+    return float(v).hex() + "f"
+
+
 def c_struct(core, ctype: str, name: str, value) -> str:
     """``static const ctype name = {.field = ...}``; value: a dict or a cffi struct of that type."""
     fields = [field for field, _ in core.ffi.typeof(ctype).fields]
@@ -232,6 +242,27 @@ def arm_binary(tmp_path_factory):
         call = (f"(memcpy(out, qx{i}, sizeof(qx{i})), refcg_requantize(&qp{i}, out, out))" if inplace else
                 f"(memset(out, 7, sizeof(qwant{i})), refcg_requantize(&qp{i}, qx{i}, out))")
         checks.append(f"  bad += check(\"requantize{i}\", {call}, qwant{i}, sizeof(qwant{i}));")
+    # qnn.quantize (NEON lanes): per channel dividing, per tensor multiplying by a reciprocal, half-way
+    # values, NaN and infinities, chunk and row tails
+    for i, (channels, inner, dtype, multiply) in enumerate([(3, 150, "int8", 0), (1, 4103, "uint8", 1)]):
+        scales = np.array([0.0173, 0.021, 0.5][:channels], "float32")
+        zps = np.array([-3, 0, 10][:channels] if dtype == "int8" else [128], "int32")
+        x = (rng.standard_normal((channels, inner)) * 3).astype("float32")
+        x[:, :40] = (np.arange(-20, 20) + 0.5).astype("float32") * scales[:, None]  # ties after the division
+        x[0, 40:44] = [np.nan, np.inf, -np.inf, 1e30]
+        stored = np.float32(1.0) / scales if multiply else scales
+        values = dict(outer=1, channels=channels, inner=inner, quant_dtype=DTYPE_CODE[dtype], multiply=multiply)
+        q = core.ffi.new("refcg_quantize_params*", values)
+        scale_c, zp_c = core.ffi.from_buffer("float[]", stored), core.ffi.from_buffer("int32_t[]", zps)
+        q.scale, q.zero_point = scale_c, zp_c
+        want = np.empty(x.shape, dtype)
+        assert core.lib.refcg_quantize_ref(q, core.ffi.cast("float*", core.ffi.from_buffer(x)), core.ffi.from_buffer(want)) == 0
+        assert len(np.unique(want)) > 8
+        convs.append(f"static const float fx{i}[] = {{ {', '.join(c_float(v) for v in x.reshape(-1))} }};\n"
+                     + f"static const float fs{i}[] = {{ {', '.join(c_float(v) for v in stored)} }};\n"
+                     + c_array("int32_t", f"fz{i}", zps) + c_array("int8_t", f"fwant{i}", want.view(np.int8))
+                     + c_struct(core, "refcg_quantize_params", f"fp{i}", dict(values, scale=f"fs{i}", zero_point=f"fz{i}")))
+        checks.append(f"  bad += check(\"quantize{i}\", refcg_quantize(&fp{i}, fx{i}, out), fwant{i}, sizeof(fwant{i}));")
     program = ("#include <stdio.h>\n#include <stdint.h>\n#include <string.h>\n" + bundled_core() + "\n"
                + "".join(convs) + """
 static int8_t out[1 << 16];
