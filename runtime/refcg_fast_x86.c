@@ -1588,8 +1588,8 @@ REFCG_INLINE __m256i refcg_bin_preshift_avx2(const refcg_requant* rq, refcg_rqv_
  * the index has bit 7; a saturating add of 16 * (7 - h) sets it exactly in the bytes above row h of
  * their half (x < 128; x ^ 0x80 for the other) and keeps the low nibble in the others. So stage h
  * reaches rows g <= h, and XORing the stages of tables D_h = T_h ^ T_h+1 (D_7 = T_7, per half)
- * telescopes to T_g: 16 vpshufb, 16 vpaddusb and 15 vpxor per step, no compares or blends (which
- * bound the blend per row before this: 0.62 cycles per byte on Zen 4, EfficientNet-B0's swish) ---- */
+ * telescopes to T_g: 16 vpshufb, 16 vpaddusb and 15 vpxor per step, no compares or blends (a compare
+ * and a blend per row ran 0.64 cycles per byte on Zen 4, this 0.53: EfficientNet-B0's swish) ---- */
 /* V steps of 32 bytes from in to out: per stage h the two tables loaded once for the V steps (16 ymm
  * registers do not hold the 16 tables: spilled, they were reloaded for every step) */
 REFCG_INLINE void refcg_lut_steps_avx2(const __m256i* d, const uint8_t* in, uint8_t* out, const int V) {
