@@ -736,38 +736,45 @@ REFCG_API int refcg_binary(const refcg_binary_params* p, const void* a, const vo
   return 0;
 }
 
-/* An 8-bit to 8-bit per-tensor requantize on a variant with table lookups and no vector requantize
- * (ARM): its 256 values through refcg_requantize_one (exact in every mode), then the lookup rows. The
- * lookups read and write each row in place: buffers apart, or the same rows. */
+/* Whether requantize p reads and writes overlapping bytes (an in-place requantize from C). */
+static int refcg_rq_overlaps(const refcg_requantize_params* p, const void* input, const void* output) {
+  const int64_t n = p->channels * p->inner;
+  const uintptr_t in0 = (uintptr_t)input, out0 = (uintptr_t)output + (uintptr_t)p->out_offset;
+  const uintptr_t in1 = in0 + (uintptr_t)(p->outer * n * (p->in_dtype == REFCG_S32 ? 4 : 1));
+  const uintptr_t out1 = out0 + (uintptr_t)((p->outer - 1) * p->out_outer_stride + n);
+  return in0 < out1 && out0 < in1;
+}
+
+/* An 8-bit to 8-bit requantize on a variant with table lookups and no vector requantize (ARM): its
+ * 256 values through refcg_requantize_one (exact in every mode), then the lookup rows (one row where
+ * the output rows are contiguous too). */
 static int refcg_requantize_tabled(const refcg_requantize_params* p, const void* input, void* output) {
   const int64_t n = p->channels * p->inner;
-  const uint8_t* in = (const uint8_t*)input;
-  uint8_t* out = (uint8_t*)output + p->out_offset;
-  if (p->outer < 1 || n < 1 || p->out_outer_stride < n) return refcg_requantize_ref(p, input, output);
-  const uintptr_t in0 = (uintptr_t)in, in1 = in0 + (uintptr_t)(p->outer * n), out0 = (uintptr_t)out;
-  const uintptr_t out1 = out0 + (uintptr_t)((p->outer - 1) * p->out_outer_stride + n);
-  if (in0 < out1 && out0 < in1 && !(in0 == out0 && p->out_outer_stride == n)) return refcg_requantize_ref(p, input, output);
+  const int rows = p->out_outer_stride != n;
   uint8_t table[256];
   for (int32_t v = 0; v < 256; ++v)
     table[v] = (uint8_t)refcg_requantize_one(&p->rq, p->in_dtype == REFCG_S8 ? (int8_t)v : v, 0);
-  const refcg_lut_params lp = {p->outer * n, p->outer > 1 ? n : 0, p->outer > 1 ? p->out_outer_stride : 0, 0};
-  return refcg_lut(&lp, table, in, out);
+  const refcg_lut_params lp = {p->outer * n, rows ? n : 0, rows ? p->out_outer_stride : 0, 0};
+  return refcg_lut(&lp, table, input, (uint8_t*)output + p->out_offset);
 }
 
 REFCG_API int refcg_requantize(const refcg_requantize_params* p, const void* input, void* output) {
   const refcg_isa_config* isa = refcg_isa_current();
   const int in_ok = refcg_is_8bit(p->in_dtype) || p->in_dtype == REFCG_S32; /* int32: a mean's or a sum's */
-  if (!isa->requantize && isa->lut && refcg_is_8bit(p->in_dtype) && refcg_is_8bit(p->out_dtype) && !p->rq.per_channel)
-    return refcg_requantize_tabled(p, input, output);
-  if (!isa->requantize || !in_ok || !refcg_is_8bit(p->out_dtype) || p->rq.per_channel || !refcg_rq_vector_ok(&p->rq, 1) ||
-      p->outer < 1 || p->channels < 1 || p->inner < 1)
+  if (!in_ok || !refcg_is_8bit(p->out_dtype) || p->rq.per_channel || p->outer < 1 || p->channels < 1 || p->inner < 1)
     return refcg_requantize_ref(p, input, output);
-  /* the vector rows store a tail as their last full step again, re-reading input: buffers apart only */
-  const uintptr_t in0 = (uintptr_t)input, out0 = (uintptr_t)output + (uintptr_t)p->out_offset;
-  const uintptr_t in1 = in0 + (uintptr_t)(p->outer * p->channels * p->inner * (p->in_dtype == REFCG_S32 ? 4 : 1));
-  const uintptr_t out1 = out0 + (uintptr_t)((p->outer - 1) * p->out_outer_stride + p->channels * p->inner);
-  if (in0 < out1 && out0 < in1) return refcg_requantize_ref(p, input, output);
-  refcg_rq_job j = {p, (const uint8_t*)input, (uint8_t*)output, p->channels * p->inner, 0};
+  const int64_t n = p->channels * p->inner;
+  /* the vector rows store a tail as their last full step again, re-reading input: buffers apart only;
+   * the lookups read and write each row in place: the same rows too */
+  const int overlaps = refcg_rq_overlaps(p, input, output);
+  if (!isa->requantize) {
+    const int same_rows = input == (const uint8_t*)output + p->out_offset && p->out_outer_stride == n;
+    if (isa->lut && refcg_is_8bit(p->in_dtype) && p->out_outer_stride >= n && (!overlaps || same_rows))
+      return refcg_requantize_tabled(p, input, output);
+    return refcg_requantize_ref(p, input, output);
+  }
+  if (!refcg_rq_vector_ok(&p->rq, 1) || overlaps) return refcg_requantize_ref(p, input, output);
+  refcg_rq_job j = {p, (const uint8_t*)input, (uint8_t*)output, n, 0};
   int64_t rows = p->outer;
   if (p->out_outer_stride == j.n) { /* the output rows are contiguous too: one row */
     j.n *= rows;

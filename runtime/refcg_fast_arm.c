@@ -220,6 +220,46 @@ static void refcg_gather_neon(const void* ctx, int64_t t0, int64_t t1) {
   refcg_gather_tasks(ctx, t0, t1, refcg_gather_chunk_neon);
 }
 
+/* ---- qnn.add / subtract / mul rows (no vector binary kernels here): add and subtract
+ * through each operand's requantize tabulated over its 256 byte values (refcg_requantize_one, so
+ * exact in every mode; 512 calls per task range where the reference made two per element), then the
+ * sum and clamp per element; mul element by element as the reference, without its odometer ---- */
+typedef struct {
+  int32_t qa[256], qb[256]; /* an operand's requantize by its byte read as uint8 */
+} refcg_bin_tables;
+
+REFCG_INLINE void refcg_bin_table_row(const refcg_bin_job* j, const void* ctx, int64_t ia, int64_t ib, int64_t io,
+                                      int64_t n) {
+  const refcg_binary_params* p = j->p;
+  const refcg_bin_tables* t = (const refcg_bin_tables*)ctx;
+  const int64_t sa = j->as[j->ndim - 1], sb = j->bs[j->ndim - 1];
+  const uint8_t* a = j->a + ia;
+  const uint8_t* b = j->b + ib;
+  uint8_t* out = j->out + io;
+  if (p->op == REFCG_BIN_MUL) {
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = (uint8_t)refcg_binary_one(p, refcg_load(a, i * sa, p->a_dtype), refcg_load(b, i * sb, p->b_dtype));
+    return;
+  }
+  const uint32_t zp = (uint32_t)p->out_zp;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t qa = (uint32_t)t->qa[a[i * sa]], qb = (uint32_t)t->qb[b[i * sb]];
+    out[i] = (uint8_t)refcg_clamp((int32_t)(p->op == REFCG_BIN_ADD ? qa + qb - zp : qa - qb + zp), p->out_min, p->out_max);
+  }
+}
+
+/* Binary row tasks through the tabulated rows (8-bit operands and output: refcg_binary checks). */
+static void refcg_bin_tabled(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_bin_job* j = (const refcg_bin_job*)ctx;
+  const refcg_binary_params* p = j->p;
+  refcg_bin_tables t;
+  for (int32_t v = 0; v < 256 && p->op != REFCG_BIN_MUL; ++v) {
+    t.qa[v] = refcg_requantize_one(&p->rq_a, p->a_dtype == REFCG_S8 ? (int8_t)v : v, 0);
+    t.qb[v] = refcg_requantize_one(&p->rq_b, p->b_dtype == REFCG_S8 ? (int8_t)v : v, 0);
+  }
+  refcg_bin_rows(j, &t, t0, t1, refcg_bin_table_row);
+}
+
 /* 8 8-bit elements from x (stride 1) or x[0] in every lane (stride 0), as int16. */
 REFCG_INLINE int16x8_t refcg_bin_load_neon(const uint8_t* x, int64_t stride, int32_t dtype) {
   if (stride == 0) return vdupq_n_s16((int16_t)refcg_load(x, 0, dtype));
