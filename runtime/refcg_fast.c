@@ -36,7 +36,7 @@ static const refcg_isa_config refcg_isa_scalar = {
     .features = "",
     .supported = refcg_cpu_any,
     .signed_domain = 0,
-    .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL, .flips = 0, .wino = NULL,
+    .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL, .flips = NULL, .wino = NULL,
              .reads_a16 = NULL},
     .dw = {.rows = refcg_dw_portable, .planes = NULL, .pairs = 0, .quads = 0, .qmax = 0},
     .binary_rows = NULL,
@@ -188,7 +188,8 @@ static void refcg_widen_chunks(const void* ctx, int64_t c0, int64_t c1) {
   const int64_t i1 = c1 * REFCG_WIDEN_CHUNK < j->n ? c1 * REFCG_WIDEN_CHUNK : j->n;
   const uint8_t* src = j->src;
   uint16_t* dst = j->dst; /* locals: the compiler vectorizes the loop */
-  for (int64_t i = c0 * REFCG_WIDEN_CHUNK; i < i1; ++i) dst[i] = src[i];
+  const uint8_t flip = j->flip;
+  for (int64_t i = c0 * REFCG_WIDEN_CHUNK; i < i1; ++i) dst[i] = (uint8_t)(src[i] ^ flip);
   if (i1 == j->n) memset(dst + j->n, 0, 64 * sizeof(uint16_t));
 }
 
@@ -523,9 +524,11 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
                        p->in_stride[3] == 1 && p->in_stride[2] == cp && p->in_stride[1] == (int64_t)p->in_w * cp;
   /* The GEMM tiles read such an input in place where its rows are as wide as the padded copy's (a 1x1
    * conv on a channels-last tensor), bytes already in the variant's domain (or tiles that flip them as
-   * they read: AVX-512, where the copy was a sixth of a 1x1 conv with large K and few channels out). The
-   * tiles read 4 bytes at a time below kw * cp. */
-  const int in_place = !depthwise && (flip == 0 || isa->gemm.flips) && unpadded && wp == p->in_w;
+   * they read where that is cheaper, isa->gemm.flips; Winograd reads the copy). The tiles read 4 bytes at
+   * a time below kw * cp. */
+  const int in_place = !depthwise && unpadded && wp == p->in_w &&
+                       (flip == 0 || (isa->gemm.flips && !wino_u &&
+                                      isa->gemm.flips((int64_t)p->kernel_h * p->kernel_w * cp, p->out_c)));
   /* depthwise: each task pads its own rows (refcg_dw_padded_rows), or none when the input is its own
    * padded copy in the variant's domain (a producer wrote it inside a halo: refcg_fill_halo) */
   const int dw_in_place = depthwise && flip == 0 && unpadded;
@@ -625,7 +628,7 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
     const int64_t a_n = (int64_t)hp * wp * cp;
     uint16_t* a16 = !wino_u && isa->gemm.reads_a16 && isa->gemm.reads_a16(&j)
                         ? (uint16_t*)refcg_ws_alloc((size_t)(a_n + 64) * sizeof(uint16_t)) : NULL;
-    const refcg_widen_job widen = {x, a16, a_n};
+    const refcg_widen_job widen = {x, a16, a_n, (uint8_t)(in_place ? flip : 0)};
     j.a16 = a16;
     const refcg_par_task all[] = {{refcg_pad_rows, &pj, in_place ? 0 : hp},
                                   {refcg_widen_chunks, &widen, a16 ? (a_n + REFCG_WIDEN_CHUNK - 1) / REFCG_WIDEN_CHUNK : 0},

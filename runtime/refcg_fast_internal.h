@@ -130,6 +130,7 @@ typedef struct {
   const uint8_t* src;
   uint16_t* dst;
   int64_t n;
+  uint8_t flip; /* XOR of each byte: an input of the other dtype read in place (refcg_gemm_job.flip4) */
 } refcg_widen_job;
 #define REFCG_WIDEN_CHUNK 8192
 
@@ -1303,7 +1304,8 @@ typedef struct {
   int32_t mr, nv;              /* rows and 16-channel blocks per tile */
   refcg_range_fn tiles;        /* NHWC tiles over refcg_gemm_job */
   refcg_range_fn planes;       /* 1x1 conv on planar layouts, refcg_gemmp_job (NULL: the NHWC GEMM) */
-  int32_t flips;               /* tiles apply refcg_gemm_job.flip4: an input of the other dtype is read in place */
+  int (*flips)(int64_t k, int32_t n); /* the tiles of a K x N conv read an input of the other dtype in place,
+                                       * XOR refcg_gemm_job.flip4, rather than its domain copy (NULL: never) */
   refcg_range_fn wino;         /* 3x3 stride-1 convs, refcg_wino_job tasks (NULL: the GEMM tiles) */
   int (*reads_a16)(const refcg_gemm_job* j); /* the tiles of j read refcg_gemm_job.a16 where it is built (NULL: never) */
 } refcg_gemm_config;

@@ -435,10 +435,10 @@ REFCG_INLINE __m256i refcg_bcast4_avx2(const uint8_t* p) {
 }
 
 /* MR rows x 16 channels (block nb). Weights: 16 bytes = 4 channels x 4 k, sign-extended to
- * int16; input: 4 bytes zero-extended and broadcast, so vpmaddwd gives per channel two
- * exact pair sums. For row ranges too short to repay refcg_tile_avx2w's weight widening. */
+ * int16; input: 4 bytes zero-extended (FLIP: XOR j->flip4's byte) and broadcast, so vpmaddwd gives per
+ * channel two exact pair sums. For row ranges too short to repay refcg_tile_avx2w's weight widening. */
 REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t i0, int32_t nb,
-                                                                   const int MR) {
+                                  const int MR, const int FLIP) {
   const uint8_t* arow[2];
   int64_t out_off[2];
   refcg_job_rows(j, i0, MR, arow, out_off);
@@ -446,13 +446,15 @@ REFCG_INLINE void refcg_tile_avx2(const refcg_gemm_job* j, const refcg_blk_avx2*
   for (int r = 0; r < MR; ++r)
     for (int g = 0; g < 4; ++g) acc[r][g] = _mm256_setzero_si256();
   const int8_t* wp = j->w + (int64_t)nb * j->kp * 16;
+  const __m256i flip = _mm256_set1_epi16((int16_t)(j->flip4 & 0xff)); /* widened: the byte's XOR */
   for (int32_t s = 0; s < j->nseg; ++s) {
     const int64_t so = j->seg_off[s];
     for (int32_t k = 0; k < j->seg_len; k += 4, wp += 64) {
       __m256i w[4];
       for (int g = 0; g < 4; ++g) w[g] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(wp + 16 * g)));
       for (int r = 0; r < MR; ++r) {
-        const __m256i a = refcg_bcast4_avx2(arow[r] + so + k);
+        __m256i a = refcg_bcast4_avx2(arow[r] + so + k);
+        if (FLIP) a = _mm256_xor_si256(a, flip);
         for (int g = 0; g < 4; ++g) acc[r][g] = _mm256_add_epi32(acc[r][g], _mm256_madd_epi16(a, w[g]));
       }
     }
@@ -469,21 +471,24 @@ REFCG_INLINE __m256i refcg_dot_pairsafe_avx2(__m256i acc, __m256i x, __m256i w) 
 
 /* MR rows x 16 channels (block nb) of the packed layout as is (per k-step 32 weight bytes: 8 channels x
  * 4 k, twice) against the 4 input bytes of each row broadcast, through dot (acc + 4-byte dot products
- * per lane: refcg_dot_pairsafe_avx2 on pair-safe blocks, vpdpbusd on AVX-VNNI). */
+ * per lane: refcg_dot_pairsafe_avx2 on pair-safe blocks, vpdpbusd on AVX-VNNI). FLIP: the bytes XOR
+ * j->flip4 (an int8 input read in place), a constant: the XOR is not paid where there is none. */
 REFCG_INLINE void refcg_tile_dot_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t q, int32_t c, int32_t nb,
-                                      const int MR, __m256i (*dot)(__m256i, __m256i, __m256i)) {
+                                      const int MR, __m256i (*dot)(__m256i, __m256i, __m256i), const int FLIP) {
   const uint8_t* arow[REFCG_AVX2_MR_MAX];
   int64_t out_off[REFCG_AVX2_MR_MAX];
   refcg_job_rows_at(j, q, c, MR, arow, out_off);
   __m256i acc[REFCG_AVX2_MR_MAX][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
   const int8_t* wp = j->w + (int64_t)nb * j->kp * 16;
+  const __m256i flip = _mm256_set1_epi32((int32_t)j->flip4);
   for (int32_t s = 0; s < j->nseg; ++s) {
     const int64_t so = j->seg_off[s];
     for (int32_t k = 0; k < j->seg_len; k += 4, wp += 64) {
       const __m256i w0 = _mm256_loadu_si256((const __m256i*)wp), w1 = _mm256_loadu_si256((const __m256i*)(wp + 32));
       for (int r = 0; r < MR; ++r) {
-        const __m256i a = _mm256_set1_epi32(refcg_load_i32(arow[r] + so + k));
+        __m256i a = _mm256_set1_epi32(refcg_load_i32(arow[r] + so + k));
+        if (FLIP) a = _mm256_xor_si256(a, flip);
         acc[r][0] = dot(acc[r][0], a, w0);
         acc[r][1] = dot(acc[r][1], a, w1);
       }
@@ -495,25 +500,29 @@ REFCG_INLINE void refcg_tile_dot_avx2(const refcg_gemm_job* j, const refcg_blk_a
 /* Rows [r0, r1) of block nb by refcg_tile_dot_avx2, MR at a time; a tail of fewer rows runs a kernel
  * of its size (a dense of batch 1 computes one row, not MR). */
 REFCG_INLINE void refcg_rows_dot_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0, int32_t r1,
-                                      int32_t nb, const int MR, __m256i (*dot)(__m256i, __m256i, __m256i)) {
+                                      int32_t nb, const int MR, __m256i (*dot)(__m256i, __m256i, __m256i),
+                                      const int FLIP) {
   int32_t i0 = r0, q = r0 / j->cols, c = r0 - q * j->cols;
   for (; i0 + MR <= r1; i0 += MR) {
-    refcg_tile_dot_avx2(j, b, q, c, nb, MR, dot);
+    refcg_tile_dot_avx2(j, b, q, c, nb, MR, dot, FLIP);
     refcg_rows_advance(j, &q, &c, MR);
   }
   switch (r1 - i0) { /* MR is at most REFCG_AVX2_MR_MAX (6); no copies for tails of MR rows or more */
-    case 5: if (MR > 5) refcg_tile_dot_avx2(j, b, q, c, nb, 5, dot); break;
-    case 4: if (MR > 4) refcg_tile_dot_avx2(j, b, q, c, nb, 4, dot); break;
-    case 3: refcg_tile_dot_avx2(j, b, q, c, nb, 3, dot); break;
-    case 2: refcg_tile_dot_avx2(j, b, q, c, nb, 2, dot); break;
-    case 1: refcg_tile_dot_avx2(j, b, q, c, nb, 1, dot); break;
+    case 5: if (MR > 5) refcg_tile_dot_avx2(j, b, q, c, nb, 5, dot, FLIP); break;
+    case 4: if (MR > 4) refcg_tile_dot_avx2(j, b, q, c, nb, 4, dot, FLIP); break;
+    case 3: refcg_tile_dot_avx2(j, b, q, c, nb, 3, dot, FLIP); break;
+    case 2: refcg_tile_dot_avx2(j, b, q, c, nb, 2, dot, FLIP); break;
+    case 1: refcg_tile_dot_avx2(j, b, q, c, nb, 1, dot, FLIP); break;
     default: break;
   }
 }
 
 static __attribute__((noinline)) void refcg_rows_avx2b(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0,
                                                        int32_t r1, int32_t nb) {
-  refcg_rows_dot_avx2(j, b, r0, r1, nb, REFCG_AVX2B_MR, refcg_dot_pairsafe_avx2);
+  if (j->flip4)
+    refcg_rows_dot_avx2(j, b, r0, r1, nb, REFCG_AVX2B_MR, refcg_dot_pairsafe_avx2, 1);
+  else
+    refcg_rows_dot_avx2(j, b, r0, r1, nb, REFCG_AVX2B_MR, refcg_dot_pairsafe_avx2, 0);
 }
 
 /* Jobs of few k-steps (KS of 4 bytes: 1x1 expands over 16-48 channels, a 3x3 stem over 4 padded
@@ -715,9 +724,9 @@ static const refcg_smallk_avx2_fn refcg_smallks_avx2[] = {refcg_smallk4_avx2,  r
                                                           refcg_smallk12_avx2, refcg_smallk9_avx2};
 
 /* The row kernel of fns (refcg_smallks_avx2's order) for j's k-steps, or NULL: tiles (more steps, other step
- * counts, outputs the byte epilogue does not store). */
+ * counts, outputs the byte epilogue does not store, an input flipped in place: refcg_flips_ymm gives none). */
 static refcg_smallk_avx2_fn refcg_smallk_pick(const refcg_gemm_job* j, const refcg_smallk_avx2_fn* fns) {
-  if (!refcg_epi_vector_bytes(&j->epi) || j->seg_len % 4) return NULL;
+  if (!refcg_epi_vector_bytes(&j->epi) || j->seg_len % 4 || j->flip4) return NULL;
   const int32_t steps = j->nseg * j->seg_len / 4;
   if (j->nseg > 1) return steps == 9 ? fns[5] : NULL;
   return steps % 2 == 0 && steps >= 4 && steps <= REFCG_AVX2_SMALLK_MAX ? fns[steps / 2 - 2] : NULL;
@@ -798,12 +807,15 @@ REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2
  * inlined into refcg_tiles_avx2): their plan copies in one function took GCC a minute to compile. */
 static __attribute__((noinline)) void refcg_rows_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0,
                                                       int32_t r1, int32_t nb) {
-  for (int32_t i0 = r0; i0 < r1; i0 += 2) {
-    if (r1 - i0 == 1)
-      refcg_tile_avx2(j, b, i0, nb, 1);
-    else
-      refcg_tile_avx2(j, b, i0, nb, 2);
-  }
+  const int flip = j->flip4 != 0;
+  for (int32_t i0 = r0; i0 < r1; i0 += 2)
+    for (int f = 0; f < 2; ++f) { /* f: the flip, as a constant */
+      if (f != flip) continue;
+      if (r1 - i0 == 1)
+        refcg_tile_avx2(j, b, i0, nb, 1, f);
+      else
+        refcg_tile_avx2(j, b, i0, nb, 2, f);
+    }
 }
 
 /* The last rows (fewer than a tile's) of refcg_rows_avx2w, the first at output row q, column c. */
@@ -900,6 +912,14 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
     else
       refcg_rows_avx2w(j, &b, r0, r1, nb, nk, csz);
   }
+}
+
+/* refcg_gemm_config.flips: AVX2 XORs an int8 input as it widens it (refcg_widen_chunks: free) or per row
+ * and k-step in the tiles that read bytes; the row kernels for few k-steps (K <= 48) take a copy, cheaper
+ * there than a vpxor per row and k-step (1x1 16->96, 40->240: 0.96-0.98x). */
+static int refcg_flips_avx2(int64_t k, int32_t n) {
+  (void)n;
+  return k > 4 * REFCG_AVX2_SMALLK_MAX;
 }
 
 /* ---- Winograd F(2x2, 3x3) (refcg_wino_job) ---- */
@@ -1827,7 +1847,10 @@ REFCG_INLINE __m256i refcg_dpbusd_avxvnni(__m256i acc, __m256i x, __m256i w) { r
 
 static __attribute__((noinline)) void refcg_rows_avxvnni(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0,
                                                          int32_t r1, int32_t nb) {
-  refcg_rows_dot_avx2(j, b, r0, r1, nb, REFCG_AVXVNNI_MR, refcg_dpbusd_avxvnni);
+  if (j->flip4)
+    refcg_rows_dot_avx2(j, b, r0, r1, nb, REFCG_AVXVNNI_MR, refcg_dpbusd_avxvnni, 1);
+  else
+    refcg_rows_dot_avx2(j, b, r0, r1, nb, REFCG_AVXVNNI_MR, refcg_dpbusd_avxvnni, 0);
 }
 
 REFCG_DEFINE_SMALLK_YMM(refcg_smallk4_avxvnni, 4, 1, refcg_dpbusd_avxvnni)
@@ -1857,6 +1880,13 @@ static void refcg_tiles_avxvnni(const void* ctx, int64_t t0, int64_t t1) {
   }
 }
 
+/* refcg_gemm_config.flips: AVX-VNNI's tiles pay a vpxor per row and k-step on each pass of a 16-channel
+ * block, the copy once: in place for up to 4 blocks (1x1 144->24@56 int8 1.11x, 256->64 1.05x; 128->512
+ * 0.94x), not where the row kernels for few k-steps (more than 16 channels, K <= 32) take the conv. */
+static int refcg_flips_avxvnni(int64_t k, int32_t n) {
+  return n <= 64 && (n <= 16 || k > 32);
+}
+
 /* Depthwise NHWC: AVX2's column kernels on row quads (refcg_dwq_cols_avx2), one vpdpbusd for up to 4
  * taps where vpmaddwd did 2; without quads (weights past int8, kernels not square 3x3 or 5x5) AVX2's. */
 REFCG_DEFINE_DW_COLS_ROWS(refcg_dwq_cols_rows_by_plan_avxvnni, refcg_dpbusd_avxvnni)
@@ -1879,6 +1909,89 @@ REFCG_INLINE void refcg_dwp_strip_avxvnni(const refcg_dwp_job* j, const int32_t*
 
 static void refcg_dwp_avxvnni(const void* ctx, int64_t c0, int64_t c1) {
   refcg_dwp_channels((const refcg_dwp_job*)ctx, c0, c1, 8, refcg_dwp_expand_avx2, refcg_dwp_strip_avxvnni);
+}
+
+/* refcg_gemmp_job tiles (planar 1x1 convs) on ymm: AVX-512's refcg_gemmp_tile_avx512 with 8 pixels per
+ * vector, 6 output channels x NV (1 or 2) blocks of 8 pixels (12 accumulators, 2 input vectors and the
+ * broadcast weight: 15 of 16 registers). Channels past n repeat the last one (not stored). */
+REFCG_INLINE void refcg_gemmp_tile_avxvnni(const refcg_gemmp_job* j, int32_t oc0, int64_t p0, const refcg_rqv_avx2* rv,
+                                           const __m256i* corr, const int NV, const int plan) {
+  const int32_t rows = j->n - oc0 < REFCG_GEMMP_MR ? j->n - oc0 : REFCG_GEMMP_MR;
+  const int8_t* wrow[REFCG_GEMMP_MR];
+  for (int r = 0; r < REFCG_GEMMP_MR; ++r) {
+    const int32_t oc = oc0 + (r < rows ? r : rows - 1);
+    wrow[r] = j->w + (int64_t)(oc / 16) * j->kp * 16 + (oc % 16) * 4;
+  }
+  __m256i sum[REFCG_GEMMP_MR][2], acc[REFCG_GEMMP_MR][2];
+  for (int r = 0; r < REFCG_GEMMP_MR; ++r)
+    for (int v = 0; v < NV; ++v) sum[r][v] = _mm256_setzero_si256();
+  const uint8_t* x = j->xi + p0 * 4;
+  for (int32_t q = 0; q < j->kp / 4; ++q, x += j->hw * 4) {
+    __m256i xv[2];
+    for (int v = 0; v < NV; ++v) xv[v] = _mm256_loadu_si256((const __m256i*)(x + 32 * v));
+    for (int r = 0; r < REFCG_GEMMP_MR; ++r) {
+      const __m256i w = _mm256_set1_epi32(refcg_load_i32((const uint8_t*)wrow[r] + (int64_t)q * 64));
+      for (int v = 0; v < NV; ++v) sum[r][v] = refcg_dpbusd_avxvnni(sum[r][v], xv[v], w);
+    }
+  }
+  for (int r = 0; r < REFCG_GEMMP_MR; ++r) /* a copy for the epilogue's run-time row index (see AVX-512's) */
+    for (int v = 0; v < NV; ++v) acc[r][v] = sum[r][v];
+  uint8_t* const out = (uint8_t*)j->epi.out + p0;
+  if (plan != REFCG_PLAN_ANY && NV == 2 && p0 + 16 <= j->hw) { /* 8-bit out: two channels' 16 pixels per pack */
+    const __m256i lo8 = _mm256_set1_epi8((char)j->epi.rq->out_min), hi8 = _mm256_set1_epi8((char)j->epi.rq->out_max);
+    for (int r = 0; r < rows; r += 2) {
+      const int two = r + 1 < rows;
+      __m256i v[4];
+      for (int q = 0; q < 4; ++q) {
+        const int rr = r + (two ? q / 2 : 0);
+        v[q] = refcg_rq_planned_unclamped_avx2(j->epi.rq, _mm256_add_epi32(acc[rr][q & 1], corr[rr]), &rv[rr], plan);
+      }
+      const __m256i bytes = refcg_pack4_avx2(v, lo8, hi8, j->epi.out_dtype == REFCG_U8); /* a channel per half */
+      _mm_storeu_si128((__m128i*)(out + (int64_t)(oc0 + r) * j->epi.o_c), _mm256_castsi256_si128(bytes));
+      if (two) _mm_storeu_si128((__m128i*)(out + (int64_t)(oc0 + r + 1) * j->epi.o_c), _mm256_extracti128_si256(bytes, 1));
+    }
+    return;
+  }
+  for (int r = 0; r < rows; ++r) {
+    const int32_t oc = oc0 + r;
+    for (int v = 0; v < NV; ++v) {
+      const int64_t p = p0 + 8 * v;
+      if (p >= j->hw) break;
+      refcg_dwp_store_avx2(&j->epi, &rv[r], _mm256_add_epi32(acc[r][v], corr[r]), oc, oc * j->epi.o_c + p,
+                           j->hw - p < 8 ? (int32_t)(j->hw - p) : 8);
+    }
+  }
+}
+
+/* Tiles as AVX-512's (refcg_gemmp_avx512: 64 pixels x 6 channels, channel blocks fastest), each 64
+ * pixels as 16-pixel tiles, the last one 8 wide where 8 pixels or fewer are left. */
+static void refcg_gemmp_avxvnni(const void* ctx, int64_t t0, int64_t t1) {
+  const refcg_gemmp_job* j = (const refcg_gemmp_job*)ctx;
+  const int64_t ncb = (j->n + REFCG_GEMMP_MR - 1) / REFCG_GEMMP_MR;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int32_t oc0 = (int32_t)(t % ncb) * REFCG_GEMMP_MR;
+    const int64_t g0 = t / ncb * REFCG_GEMMP_PX, g1 = g0 + REFCG_GEMMP_PX < j->hw ? g0 + REFCG_GEMMP_PX : j->hw;
+    refcg_rqv_avx2 rv[REFCG_GEMMP_MR]; /* the channels' constants once per task: channel oc in every lane */
+    __m256i corr[REFCG_GEMMP_MR];
+    int plan = j->epi.rq_vector && (j->epi.out_dtype == REFCG_S8 || j->epi.out_dtype == REFCG_U8)
+                   ? -1 : REFCG_PLAN_ANY; /* a copied plan shared by the channels: the packed byte stores */
+    for (int32_t r = 0; r < REFCG_GEMMP_MR && oc0 + r < j->n; ++r) {
+      rv[r] = refcg_rqv_load_avx2(j->epi.rq, oc0 + r, 8, 0);
+      corr[r] = _mm256_set1_epi32(j->epi.corr[oc0 + r]);
+      const int p = REFCG_PLAN_INDEX(refcg_rq_plan_avx2(j->epi.rq, &rv[r]));
+      plan = plan < 0 || plan == p ? p : REFCG_PLAN_ANY;
+    }
+    for (int64_t p0 = g0; p0 < g1; p0 += 16) {
+      if (g1 - p0 <= 8)
+        refcg_gemmp_tile_avxvnni(j, oc0, p0, rv, corr, 1, REFCG_PLAN_ANY);
+      else if (plan == REFCG_PLAN_ANY)
+        refcg_gemmp_tile_avxvnni(j, oc0, p0, rv, corr, 2, REFCG_PLAN_ANY);
+      else
+#define REFCG_GEMMP_TILE_AVXVNNI(p) refcg_gemmp_tile_avxvnni(j, oc0, p0, rv, corr, 2, p)
+        REFCG_WITH_COPIED_PLAN(plan, REFCG_GEMMP_TILE_AVXVNNI);
+#undef REFCG_GEMMP_TILE_AVXVNNI
+    }
+  }
 }
 
 #if defined(__clang__)
@@ -2474,6 +2587,14 @@ static void refcg_tiles_avx512vnni(const void* ctx, int64_t t0, int64_t t1) {
       default: refcg_tile_rows_by_nv_avx512_p1(j, blk, rb0, rb1, q, c, nb); break;
     }
   }
+}
+
+/* refcg_gemm_config.flips: every conv (a vpxord per row and k-step for up to 4 blocks of a tile, and in
+ * the row kernels for few k-steps). */
+static int refcg_flips_avx512(int64_t k, int32_t n) {
+  (void)k;
+  (void)n;
+  return 1;
 }
 
 /* vpdpwssd on lanes holding (x, 0) and (w', sign): x * w' per channel, exact. */
@@ -3182,7 +3303,7 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .supported = refcg_cpu_avx512vnni,
     .signed_domain = 0,
     .gemm = {.mr = REFCG_X512_MR, .nv = REFCG_X512_NV, .tiles = refcg_tiles_avx512vnni, .planes = refcg_gemmp_avx512,
-             .flips = 1, .wino = NULL, .reads_a16 = NULL},
+             .flips = refcg_flips_avx512, .wino = NULL, .reads_a16 = NULL},
     .dw = {.rows = refcg_dw_avx512, .planes = refcg_dwp_avx512, .pairs = 0, .quads = 1, .qmax = 4},
     .binary_rows = refcg_bin_avx512,
     .pool = refcg_pool_avx512,
@@ -3199,8 +3320,8 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .features = REFCG_AVXVNNI_FEATURES,
     .supported = refcg_cpu_avxvnni,
     .signed_domain = 0,
-    .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = NULL, .flips = 0, .wino = NULL,
-             .reads_a16 = NULL},
+    .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = refcg_gemmp_avxvnni,
+             .flips = refcg_flips_avxvnni, .wino = NULL, .reads_a16 = NULL},
     .dw = {.rows = refcg_dw_avxvnni, .planes = refcg_dwp_avxvnni, .pairs = 1, .quads = 1, .qmax = 4},
     .binary_rows = refcg_bin_avx2,
     .pool = refcg_pool_avx2,
@@ -3217,7 +3338,7 @@ const refcg_isa_config refcg_isa_avx2 = {
     .features = "avx2 fma",
     .supported = refcg_cpu_avx2,
     .signed_domain = 0,
-    .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avx2, .planes = NULL, .flips = 0,
+    .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avx2, .planes = NULL, .flips = refcg_flips_avx2,
              .wino = refcg_wino_avx2, .reads_a16 = refcg_reads_a16_avx2},
     .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avx2, .pairs = 1, .quads = 0, .qmax = 2},
     .binary_rows = refcg_bin_avx2,

@@ -106,6 +106,9 @@ SHAPES = [
     # per tap)
     (800, 40, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (12, 48, (9, 10), (3, 3), (1, 2), (2, 2, 2, 2), (2, 2), 1),
+    # 3 pixels (a squeeze-excite conv's few rows: AVX2's byte tiles, no widened copy), an int8 input read
+    # in place and flipped (refcg_gemm_config.flips) by every x86 variant
+    (96, 24, (1, 3), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     # 3x3 stride 1 over whole 16-channel vectors (AVX2: Winograd F(2x2, 3x3)): odd output sides (a last
     # tile of 1 row / column) and a last block of 1 channel, uneven padding, an unpadded input read in place
     (16, 17, (9, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),

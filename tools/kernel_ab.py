@@ -4,11 +4,11 @@ thread), median of interleaved runs, and the two outputs compared byte for byte.
 before the whole-network bench.
 
     PYTHONPATH=.:tests .venv/bin/python -m tools.kernel_ab --against HEAD [--isa avx512vnni avx2]
-        [--only dw] [--dtype int8 uint8] [--runs 15] [--workdir DIR] [--no-check]
+        [--only dw] [--dtype int8 uint8] [--layout NCHW] [--runs 15] [--workdir DIR] [--no-check]
 
 ``--workdir``: a runtime/ tree to compare instead of this checkout's (e.g. a second copy being edited).
 Shapes: MobileNetV2's NHWC convs at 224 and ResNet's stem and K = 64-256 1x1s (name: HxW, channels, kernel,
-stride), int64 UPWARD requantize (TVM's `llvm` numerics), per-channel scales, input zero point 3 (uint8) /
+stride; ``--layout NCHW``: the same on planar tensors), int64 UPWARD requantize (TVM's `llvm` numerics), per-channel scales, input zero point 3 (uint8) /
 -3 (int8). The cores here are compiled by cffi (gcc -O3); generated libraries compile the same core with
 g++ under `#pragma GCC optimize("O3")` alone, whose register allocation can differ (a change 1.10x here ran
 0.87x in MobileNetV2): confirm a kernel change on a network built both ways before keeping it.
@@ -62,16 +62,16 @@ ADDS = {"add 56x56x256": (1, 56, 56, 256), "add 14x14x1024": (1, 14, 14, 1024), 
         "mul 112x112x32 by 32": (1, 112, 112, 32)}  # squeeze-excite's channel scale (EfficientNet)
 
 
-def convs_of(cores, name, dtype, rng):
+def convs_of(cores, name, dtype, rng, layout="NHWC"):
     hw, cin, cout, k, stride, dw = SHAPES[name]
     lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
-    x = rng.integers(lo, hi, (1, hw, hw, cin)).astype(dtype)
+    x = rng.integers(lo, hi, (1, hw, hw, cin) if layout == "NHWC" else (1, cin, hw, hw)).astype(dtype)
     w = rng.integers(-127, 128, (cout, k, k, 1 if dw else cin)).astype(np.int8)
     bias = rng.integers(-5000, 5000, cout).astype(np.int32)
     scales = rng.uniform(0.5, 1.5, cout).astype(np.float32) / (40.0 * k * k * (1 if dw else cin))
     rq = make_requantize(scales, np.float32(1.0), 0, -3, "int8", "UPWARD", "int64")
     pad = (k // 2,) * 4 if stride == 1 else (k // 2 - 1 + (hw % 2), k // 2 - 1 + (hw % 2), k // 2, k // 2)
-    convs = {label: Conv2D(core, in_shape=x.shape, layout="NHWC", weight_ohwi=w, bias=bias, requant=rq,
+    convs = {label: Conv2D(core, in_shape=x.shape, layout=layout, weight_ohwi=w, bias=bias, requant=rq,
                            strides=(stride, stride), padding=pad, groups=cin if dw else 1, in_dtype=dtype,
                            input_zp=3 if dtype == "uint8" else -3, reference_weights=False)
              for label, core in cores.items()}
@@ -104,6 +104,7 @@ def main():
     parser.add_argument("--isa", nargs="*", default=["avx512vnni", "avx2"])
     parser.add_argument("--dtype", nargs="*", default=["int8"])
     parser.add_argument("--only", default="", help="shapes whose name contains this")
+    parser.add_argument("--layout", default="NHWC", choices=["NHWC", "NCHW"], help="the convs' tensors")
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--no-check", action="store_true", help="time a core whose output is knowingly wrong (bounds)")
     args = parser.parse_args()
@@ -118,7 +119,8 @@ def main():
     total = {isa: [0.0, 0.0] for isa in args.isa}
     for name in (n for n in list(SHAPES) + list(ADDS) if args.only in n):
         for dtype in args.dtype:
-            inputs, kernels = (adds_of if name in ADDS else convs_of)(cores, name, dtype, rng)
+            inputs, kernels = adds_of(cores, name, dtype, rng) if name in ADDS else \
+                convs_of(cores, name, dtype, rng, args.layout)
             inputs = inputs if name in ADDS else (inputs,)
             for isa in args.isa:
                 for core in cores.values():
