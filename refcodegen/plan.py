@@ -138,17 +138,27 @@ def _x86(target) -> bool:
     return triple.startswith("x86_64") if triple else platform.machine() in ("x86_64", "AMD64")
 
 
-def plan_flips(halos: dict, parsed: dict, target) -> set:
-    """The int8 tensors of ``halos`` stored flipped (Buffer.flipped) for an x86 target, whose variants
-    compute in the uint8 domain: the depthwise conv reads them in place where it copied them to flip
-    each byte. Only where the writer's requantize adds its zero point as an integer (int64 numerics),
-    so that the zero point + 128 gives each value + 128 exactly (float numerics round zp + 128 apart)."""
+def plan_flips(halos: dict, parsed: dict, outputs: set, target) -> set:
+    """The int8 intermediate tensors stored flipped (Buffer.flipped) for an x86 target, whose variants
+    compute in the uint8 domain: those of ``halos``, which the depthwise conv then reads in place where it
+    copied them to flip each byte, and those only convs read (``reads_flipped``), whose tiles then read
+    their own domain instead of flipping each byte as they read or copying (a project conv after a
+    depthwise one). Only where the writer's requantize adds its zero point as an integer (int64
+    numerics), so that the zero point + 128 gives each value + 128 exactly (float numerics round zp + 128
+    apart)."""
     if not _x86(target):
         return set()
+    readers: dict = {}
+    for call in parsed:
+        for arg in call.args:
+            readers.setdefault(arg, []).append(call)
     flips = set()
-    for expr in halos:
-        writer = parsed[expr]
-        if expr.checked_type.dtype == "int8" and getattr(writer, "flippable_output", lambda t: False)(target):
+    for expr, writer in parsed.items():
+        if expr in outputs or expr.checked_type.dtype != "int8" or \
+                not getattr(writer, "flippable_output", lambda t: False)(target):
+            continue
+        only_convs = expr in readers and all(getattr(parsed[r], "reads_flipped", lambda: False)() for r in readers[expr])
+        if expr in halos or only_convs:
             flips.add(expr)
     return flips
 
@@ -206,7 +216,7 @@ def build_plan(func: relay.Function, symbol: str, target, undecided: list | None
         parsed[call] = family.parse(call.op.body)
     perm = plan_layouts(body_fields, parsed)
     halos = plan_halos(parsed, perm, readers, set(body_fields))
-    flips = plan_flips(halos, parsed, target)
+    flips = plan_flips(halos, parsed, set(body_fields), target)
 
     owner = {}  # a view's expr -> the expr whose buffer it reads (readers are counted there)
 

@@ -227,7 +227,9 @@ def test_depthwise_reads_its_input_in_place(tmp_path, rng, monkeypatch, layout, 
     expand, depthwise, project = plan.steps
     assert expand.output.halo == want and expand.output.flipped == flip and depthwise.values["params"]["pad_top"] == 0
     assert expand.values["requant"].output_zp == zp + 128 * flip == depthwise.values["params"]["input_zp"]
-    assert not depthwise.output.flipped and project.values["params"]["input_zp"] == zp
+    # the depthwise output, read by the project conv alone, is stored flipped too; the partition's output is not
+    assert depthwise.output.flipped == flip and project.values["params"]["input_zp"] == zp + 128 * flip
+    assert not project.output.flipped
     assert [call.entry for call in depthwise.calls] == ["refcg_fill_halo", "refcg_conv2d"]
     h, w = 14 + want[0] + want[2], 12 + want[1] + want[3]
     stride_hw = [32 * w, 32]  # the halo's rows and pixels included

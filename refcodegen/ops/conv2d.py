@@ -182,6 +182,10 @@ class Conv2D:
         """Its int8 output can be stored flipped (plan.plan_flips): requantized in int64 numerics."""
         return self.epilogue.requantize is not None and self.epilogue.requant(target).mode in FLIPPABLE_MODES
 
+    def reads_flipped(self) -> bool:
+        """Its input may be stored flipped (plan.plan_flips): read as uint8 at zero point + 128."""
+        return True
+
     def in_place_halo(self) -> tuple[int, int, int, int] | None:
         """(top, left, bottom, right): the border a depthwise conv (channel multiplier 1, channels a
         multiple of 16: its kernels' pixels) reads of its input, which stored inside it is the
