@@ -724,7 +724,7 @@ static const refcg_smallk_avx2_fn refcg_smallks_avx2[] = {refcg_smallk4_avx2,  r
                                                           refcg_smallk12_avx2, refcg_smallk9_avx2};
 
 /* The row kernel of fns (refcg_smallks_avx2's order) for j's k-steps, or NULL: tiles (more steps, other step
- * counts, outputs the byte epilogue does not store, an input flipped in place: refcg_flips_ymm gives none). */
+ * counts, outputs the byte epilogue does not store, an input flipped in place: refcg_flips_avx2 and refcg_flips_avxvnni give them none). */
 static refcg_smallk_avx2_fn refcg_smallk_pick(const refcg_gemm_job* j, const refcg_smallk_avx2_fn* fns) {
   if (!refcg_epi_vector_bytes(&j->epi) || j->seg_len % 4 || j->flip4) return NULL;
   const int32_t steps = j->nseg * j->seg_len / 4;
@@ -915,8 +915,8 @@ static void refcg_tiles_avx2(const void* ctx, int64_t t0, int64_t t1) {
 }
 
 /* refcg_gemm_config.flips: AVX2 XORs an int8 input as it widens it (refcg_widen_chunks: free) or per row
- * and k-step in the tiles that read bytes; the row kernels for few k-steps (K <= 48) take a copy, cheaper
- * there than a vpxor per row and k-step (1x1 16->96, 40->240: 0.96-0.98x). */
+ * and k-step in the tiles that read bytes; the row kernels for few k-steps (K <= 48) take the copy: a
+ * vpxor per row and k-step there ran 0.96-0.98x (1x1 16->96@112, 40->240@28). */
 static int refcg_flips_avx2(int64_t k, int32_t n) {
   (void)n;
   return k > 4 * REFCG_AVX2_SMALLK_MAX;
