@@ -148,6 +148,17 @@ typedef struct {
 #define REFCG_GEMMP_MR 6  /* tile grid the job is split on: output channels ... */
 #define REFCG_GEMMP_PX 64 /* ... x pixels */
 
+/* The packed weights (4 bytes per k-step) of output channels [oc0, oc0 + REFCG_GEMMP_MR) of a tile; channels
+ * past n repeat the last one (computed, not stored). Returns the channels that are stored. */
+REFCG_INLINE int32_t refcg_gemmp_wrows(const refcg_gemmp_job* j, int32_t oc0, const int8_t** wrow) {
+  const int32_t rows = j->n - oc0 < REFCG_GEMMP_MR ? j->n - oc0 : REFCG_GEMMP_MR;
+  for (int r = 0; r < REFCG_GEMMP_MR; ++r) {
+    const int32_t oc = oc0 + (r < rows ? r : rows - 1);
+    wrow[r] = j->w + (int64_t)(oc / 16) * j->kp * 16 + (oc % 16) * 4;
+  }
+  return rows;
+}
+
 /* Winograd F(2x2, 3x3) over the padded NHWC domain copy of a 3x3 stride-1 conv: each tile of 2x2
  * outputs reads a 4x4 input patch d, V = B^T d B (int16: |V| <= 4 * 255), U = G' g G'^T with G' = 2G
  * (int16: |U| <= 9 * 128), M = sum_c U V in wrapping int32 (vpmaddwd), 4 y = A^T M A exact when

@@ -1913,15 +1913,11 @@ static void refcg_dwp_avxvnni(const void* ctx, int64_t c0, int64_t c1) {
 
 /* refcg_gemmp_job tiles (planar 1x1 convs) on ymm: AVX-512's refcg_gemmp_tile_avx512 with 8 pixels per
  * vector, 6 output channels x NV (1 or 2) blocks of 8 pixels (12 accumulators, 2 input vectors and the
- * broadcast weight: 15 of 16 registers). Channels past n repeat the last one (not stored). */
+ * broadcast weight: 15 of 16 registers). */
 REFCG_INLINE void refcg_gemmp_tile_avxvnni(const refcg_gemmp_job* j, int32_t oc0, int64_t p0, const refcg_rqv_avx2* rv,
                                            const __m256i* corr, const int NV, const int plan) {
-  const int32_t rows = j->n - oc0 < REFCG_GEMMP_MR ? j->n - oc0 : REFCG_GEMMP_MR;
   const int8_t* wrow[REFCG_GEMMP_MR];
-  for (int r = 0; r < REFCG_GEMMP_MR; ++r) {
-    const int32_t oc = oc0 + (r < rows ? r : rows - 1);
-    wrow[r] = j->w + (int64_t)(oc / 16) * j->kp * 16 + (oc % 16) * 4;
-  }
+  const int32_t rows = refcg_gemmp_wrows(j, oc0, wrow);
   __m256i sum[REFCG_GEMMP_MR][2], acc[REFCG_GEMMP_MR][2];
   for (int r = 0; r < REFCG_GEMMP_MR; ++r)
     for (int v = 0; v < NV; ++v) sum[r][v] = _mm256_setzero_si256();
@@ -2892,14 +2888,10 @@ static void refcg_dwp_avx512(const void* ctx, int64_t c0, int64_t c1) {
 }
 
 /* refcg_gemmp_job tiles: 6 output channels x NV blocks of 16 pixels (up to 24 accumulators), like
- * the NHWC tile with the operands' roles swapped. Channels past n repeat the last one (not stored). */
+ * the NHWC tile with the operands' roles swapped. */
 REFCG_INLINE void refcg_gemmp_tile_avx512(const refcg_gemmp_job* j, int32_t oc0, int64_t p0, const int NV) {
-  const int32_t rows = j->n - oc0 < REFCG_GEMMP_MR ? j->n - oc0 : REFCG_GEMMP_MR;
   const int8_t* wrow[REFCG_GEMMP_MR];
-  for (int r = 0; r < REFCG_GEMMP_MR; ++r) {
-    const int32_t oc = oc0 + (r < rows ? r : rows - 1);
-    wrow[r] = j->w + (int64_t)(oc / 16) * j->kp * 16 + (oc % 16) * 4;
-  }
+  const int32_t rows = refcg_gemmp_wrows(j, oc0, wrow);
   __m512i sum[REFCG_GEMMP_MR][4], acc[REFCG_GEMMP_MR][4];
   for (int r = 0; r < REFCG_GEMMP_MR; ++r)
     for (int v = 0; v < NV; ++v) sum[r][v] = _mm512_setzero_si512();
