@@ -805,17 +805,21 @@ REFCG_INLINE void refcg_tile_avx2w(const refcg_gemm_job* j, const refcg_blk_avx2
 /* Rows [r0, r1) of block nb by refcg_tile_avx2, 2 at a time: too few rows to repay refcg_tile_avx2w's
  * widening (dense 4x1024x1024: 6% slower). The tiles' three paths are functions of their own (not
  * inlined into refcg_tiles_avx2): their plan copies in one function took GCC a minute to compile. */
+REFCG_INLINE void refcg_rows_flip_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0, int32_t r1,
+                                       int32_t nb, const int FLIP) {
+  for (int32_t i0 = r0; i0 < r1; i0 += 2) {
+    if (r1 - i0 == 1)
+      refcg_tile_avx2(j, b, i0, nb, 1, FLIP);
+    else
+      refcg_tile_avx2(j, b, i0, nb, 2, FLIP);
+  }
+}
 static __attribute__((noinline)) void refcg_rows_avx2(const refcg_gemm_job* j, const refcg_blk_avx2* b, int32_t r0,
                                                       int32_t r1, int32_t nb) {
-  const int flip = j->flip4 != 0;
-  for (int32_t i0 = r0; i0 < r1; i0 += 2)
-    for (int f = 0; f < 2; ++f) { /* f: the flip, as a constant */
-      if (f != flip) continue;
-      if (r1 - i0 == 1)
-        refcg_tile_avx2(j, b, i0, nb, 1, f);
-      else
-        refcg_tile_avx2(j, b, i0, nb, 2, f);
-    }
+  if (j->flip4)
+    refcg_rows_flip_avx2(j, b, r0, r1, nb, 1);
+  else
+    refcg_rows_flip_avx2(j, b, r0, r1, nb, 0);
 }
 
 /* The last rows (fewer than a tile's) of refcg_rows_avx2w, the first at output row q, column c. */
