@@ -26,6 +26,9 @@ MODES = {
     ("TONEAREST", "float64"): 5,
     ("UPWARD", "int64-neon"): 6,  # see armfuse
 }
+# the modes that add the output zero point as an integer after rounding: a tensor stored flipped
+# (ops.base.Buffer.flipped) is requantized at zero point + 128 exactly (float modes round it apart)
+FLIPPABLE_MODES = (MODES[("UPWARD", "int64")], MODES[("TONEAREST", "int64")])
 
 DTYPE_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-(2**15), 2**15 - 1), "int32": (-(2**31), 2**31 - 1)}
 

@@ -141,11 +141,11 @@ def _x86(target) -> bool:
 def plan_flips(halos: dict, parsed: dict, outputs: set, target) -> set:
     """The int8 intermediate tensors stored flipped (Buffer.flipped) for an x86 target, whose variants
     compute in the uint8 domain: those of ``halos``, which the depthwise conv then reads in place where it
-    copied them to flip each byte, and those only convs read (``reads_flipped``), whose tiles then read
-    their own domain instead of flipping each byte as they read or copying (a project conv after a
-    depthwise one). Only where the writer's requantize adds its zero point as an integer (int64
-    numerics), so that the zero point + 128 gives each value + 128 exactly (float numerics round zp + 128
-    apart)."""
+    copied them to flip each byte, and those every reader of which reads flipped (``reads_flipped``: convs,
+    whose tiles then read their own domain instead of flipping each byte as they read or copying, and
+    binary ops in int64 numerics: a residual block's output, which its add and the next expand conv read).
+    Only where the writer's requantize adds its zero point as an integer (int64 numerics), so that the
+    zero point + 128 gives each value + 128 exactly (float numerics round zp + 128 apart)."""
     if not _x86(target):
         return set()
     readers: dict = {}
@@ -157,8 +157,9 @@ def plan_flips(halos: dict, parsed: dict, outputs: set, target) -> set:
         if expr in outputs or expr.checked_type.dtype != "int8" or \
                 not getattr(writer, "flippable_output", lambda t: False)(target):
             continue
-        only_convs = expr in readers and all(getattr(parsed[r], "reads_flipped", lambda: False)() for r in readers[expr])
-        if expr in halos or only_convs:
+        read_flipped = expr in readers and \
+            all(getattr(parsed[r], "reads_flipped", lambda t: False)(target) for r in readers[expr])
+        if expr in halos or read_flipped:
             flips.add(expr)
     return flips
 

@@ -273,3 +273,48 @@ def test_float_numerics_keep_int8_unflipped(tmp_path, rng, monkeypatch):
     (plan,) = plans
     assert plan.steps[0].output.halo == (1, 1, 1, 1) and not plan.steps[0].output.flipped
     assert plan.steps[1].values["halo"]["value"] == zp
+
+
+def residual_blocks():
+    """int8 NHWC: conv a -> conv b -> c = qnn.add(a, b) -> conv d -> e = qnn.mul(c, d) + clip -> conv out,
+    and a max pool of e (a second output): every zero point and scale its own."""
+    from examples.networks import qconv
+
+    rng = np.random.default_rng(47)
+    x = relay.var("x", shape=(1, 8, 9, 16), dtype="int8")
+    common = dict(layout="NHWC", per_channel=True, weight_range=(-40, 40), input_scale=0.05, output_scale=0.05)
+    a = qconv(x, rng, in_c=16, out_c=16, kernel=(1, 1), padding=(0, 0), input_zp=4, output_zp=-5, **common)
+    b = qconv(a, rng, in_c=16, out_c=16, input_zp=-5, output_zp=7, **common)
+    c = relay.qnn.op.add(a, b, relay.const(np.float32(0.05)), relay.const(-5), relay.const(np.float32(0.05)),
+                         relay.const(7), relay.const(np.float32(0.08)), relay.const(3))
+    d = qconv(c, rng, in_c=16, out_c=16, kernel=(1, 1), padding=(0, 0), input_zp=3, output_zp=-9, **common)
+    e = relay.qnn.op.mul(c, d, relay.const(np.float32(0.08)), relay.const(3), relay.const(np.float32(0.05)),
+                         relay.const(-9), relay.const(np.float32(0.04)), relay.const(2))
+    e = relay.clip(e, -100, 100)
+    out = qconv(e, rng, in_c=16, out_c=8, kernel=(1, 1), padding=(0, 0), input_zp=2, output_zp=1, **common)
+    pool = relay.nn.max_pool2d(e, pool_size=(2, 2), strides=(2, 2), layout="NHWC")
+    return tvm.IRModule.from_expr(relay.Function([x], relay.Tuple([out, pool]))), x
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_residual_block_outputs_flipped(tmp_path, rng, monkeypatch, target):
+    """A residual block's output, which its add and the next block's expand conv read, stored flipped in
+    int64 numerics (plan.plan_flips: binary ops read and write flipped there), so the conv reads it in
+    place: bit-exact with TVM-only; a tensor a max pool reads too stays int8, and so does everything
+    under float numerics (an -mcpu build)."""
+    mod, x = residual_blocks()
+    plans = capture_plans(monkeypatch)
+    inputs = {"x": random_int(rng, (1, 8, 9, 16), "int8")}
+    compare_with_tvm(mod, inputs, tmp_path, target=target, expect_partitions=1, partition_target=True)
+    (plan,) = plans
+    assert [s.family for s in plan.steps] == ["conv2d", "conv2d", "binary", "conv2d", "binary", "conv2d", "pool2d"]
+    a, b, c, d, e, out, pool = plan.steps
+    flip = target == "llvm"  # the test host is x86 and llvm requantizes in int64
+    assert [s.output.flipped for s in (a, b, c, d, e, out, pool)] == [flip] * 4 + [False] * 3
+    add, mul = c.values["params"], e.values["params"]
+    want_dtype = "REFCG_U8" if flip else "REFCG_S8"
+    assert (add["a_dtype"], add["b_dtype"], add["out_dtype"], mul["a_dtype"], mul["b_dtype"]) == (want_dtype,) * 5
+    assert (add["a_zp"], add["b_zp"], add["out_zp"], mul["a_zp"], mul["b_zp"]) == \
+        (-5 + 128 * flip, 7 + 128 * flip, 3 + 128 * flip, 3 + 128 * flip, -9 + 128 * flip)
+    assert (mul["out_dtype"], mul["out_zp"], mul["out_min"], mul["out_max"]) == ("REFCG_S8", 2, -100, 100)
+    assert d.values["params"]["input_zp"] == 3 + 128 * flip and out.values["params"]["input_zp"] == 2

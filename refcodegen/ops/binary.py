@@ -7,7 +7,7 @@ import numpy as np
 from tvm import relay
 from tvm.relay.dataflow_pattern import is_op, wildcard
 
-from ..numerics import float_lowering, make_requantize, resolve_mode, without_fma
+from ..numerics import FLIPPABLE_MODES, MODES, float_lowering, make_requantize, resolve_mode, without_fma
 from .base import (DTYPE_CODE, Buffer, Call, Step, any_of, check_clip, check_qparams, check_tensor, const_value, constants,
                    dtype_of, first_reason, folded_operand, op_name, operands, out_range, param_index, scalar)
 from .epilogue import q31x4
@@ -67,6 +67,26 @@ class Binary:
         """Any physical layout of every operand: the kernel reads them through strides."""
         return True
 
+    def flips_exactly(self, target) -> bool:
+        """An operand stored flipped (plan.plan_flips) read as uint8 at zero point + 128, and the output
+        stored at zero point + 128, change no value: the requantizes subtract and add zero points as
+        integers (int64 numerics), and an add's int32 operand requantizes stay far from int32's limits
+        (operand / output scale ratios below 2^16), so that + 128 never meets their clamp."""
+        if MODES[resolve_mode("None", "None", target)] not in FLIPPABLE_MODES:
+            return False
+        _, _, lhs_scale, _, rhs_scale, _, out_scale, _ = self.call.args
+        out = float(np.min(np.abs(const_value(out_scale))))
+        return op_name(self.call) == "qnn.mul" or \
+            all(float(np.max(np.abs(const_value(s)))) < 2.0**16 * out for s in (lhs_scale, rhs_scale))
+
+    def reads_flipped(self, target) -> bool:
+        """Its operands may be stored flipped (plan.plan_flips): a residual add's, which convs read too."""
+        return self.flips_exactly(target)
+
+    def flippable_output(self, target) -> bool:
+        """Its int8 output can be stored flipped (plan.plan_flips): the next block's expand conv reads it."""
+        return self.flips_exactly(target)
+
     def plan(self, name: str, func, srcs, dst, target, ask=None) -> Step:
         """As TVM 0.19 canonicalizes them (see refcg_eltwise_ref.c)."""
         call = self.call
@@ -75,8 +95,12 @@ class Binary:
         # the canonical form's requantizes carry no rounding/compute attrs: config and target decide
         rounding, compute = resolve_mode("None", "None", target)
         lowering = float_lowering(target)
-        out_scale, out_zp = const_value(out_scale), int(scalar(out_zp))
-        lo, hi = out_range(dst.dtype, self.clip)
+        # flipped tensors (Buffer.flipped, where flips_exactly): uint8 at zero point + 128
+        assert not (a.flipped or b.flipped or dst.flipped) or self.flips_exactly(target)
+        lhs_zp, rhs_zp = (int(scalar(zp)) + 128 * buf.flipped for zp, buf in ((lhs_zp, a), (rhs_zp, b)))
+        out_scale, out_zp = const_value(out_scale), int(scalar(out_zp)) + 128 * dst.flipped
+        lo, hi = (v + 128 * dst.flipped for v in out_range(dst.dtype, self.clip))
+        a_dtype, b_dtype, out_dtype = ("uint8" if buf.flipped else buf.dtype for buf in (a, b, dst))
 
         def mode(scale, operand=None) -> str:  # the compute dtype, NEON where TVM-only rounds so
             if ask is None or (operand is not None and folded_operand(func, srcs, operand)):
@@ -89,20 +113,20 @@ class Binary:
 
         if op_name(call) == "qnn.mul":
             product = np.float32(scalar(lhs_scale)) * np.float32(scalar(rhs_scale))  # float32, as mul.cc
-            rq_a = make_requantize(product, out_scale, 0, out_zp, dst.dtype, rounding, mode(product), (lo, hi),
+            rq_a = make_requantize(product, out_scale, 0, out_zp, out_dtype, rounding, mode(product), (lo, hi),
                                    lowering)
             rq_b = rq_a
         else:
             lhs, rhs = call.args[:2]
-            rq_a = make_requantize(const_value(lhs_scale), out_scale, int(scalar(lhs_zp)), out_zp, "int32",
+            rq_a = make_requantize(const_value(lhs_scale), out_scale, lhs_zp, out_zp, "int32",
                                    rounding, mode(const_value(lhs_scale), lhs), None, operand_lowering(lhs))
-            rq_b = make_requantize(const_value(rhs_scale), out_scale, int(scalar(rhs_zp)), out_zp, "int32",
+            rq_b = make_requantize(const_value(rhs_scale), out_scale, rhs_zp, out_zp, "int32",
                                    rounding, mode(const_value(rhs_scale), rhs), None, operand_lowering(rhs))
         params = {
             "op": OPS[op_name(call)], "ndim": len(dst.shape), "shape": list(dst.physical_shape),
             "a_stride": broadcast_strides(a, dst), "b_stride": broadcast_strides(b, dst),
-            "a_dtype": DTYPE_CODE[a.dtype], "b_dtype": DTYPE_CODE[b.dtype], "out_dtype": DTYPE_CODE[dst.dtype],
-            "a_zp": int(scalar(lhs_zp)), "b_zp": int(scalar(rhs_zp)), "out_zp": out_zp, "out_min": lo, "out_max": hi,
+            "a_dtype": DTYPE_CODE[a_dtype], "b_dtype": DTYPE_CODE[b_dtype], "out_dtype": DTYPE_CODE[out_dtype],
+            "a_zp": lhs_zp, "b_zp": rhs_zp, "out_zp": out_zp, "out_min": lo, "out_max": hi,
         }
         values = {"params": params, "rq": [rq_a, rq_b], "op": op_name(call)}
         return Step(name, NAME, [a, b], dst, values, [Call("refcg_binary", ["params"], [a, b], dst)])

@@ -9,7 +9,7 @@ import numpy as np
 from tvm import relay
 from tvm.relay.dataflow_pattern import is_constant, is_op, wildcard
 
-from ..numerics import DTYPE_RANGE, MODES
+from ..numerics import DTYPE_RANGE, FLIPPABLE_MODES
 from ..packing import pack_conv2d_fast, pack_conv2d_weight
 from ..stagewise import conv_stagewise
 from .base import (DTYPE_CODE, INT32_MAX, QUANT_DTYPES, Call, Step, check_elements, check_scale, check_zero_point,
@@ -18,7 +18,6 @@ from .base import (DTYPE_CODE, INT32_MAX, QUANT_DTYPES, Call, Step, check_elemen
 from .epilogue import Epilogue, bias_of, float_conversion_reason, requantize_of
 
 NAME = "conv2d"
-FLIPPABLE_MODES = (MODES[("UPWARD", "int64")], MODES[("TONEAREST", "int64")])  # zero point added as an integer
 NEON_REQUANTIZE = True  # TVM-only may round its requantize with NEON on aarch64: plan takes ``ask``
 LAYOUTS = {("NCHW", "OIHW"), ("NHWC", "HWIO"), ("NHWC", "HWOI")}
 # int16: TVM 0.19 computes it in int16 (wrapping) or in int32 then narrows; both equal int32 wrapped
@@ -182,8 +181,9 @@ class Conv2D:
         """Its int8 output can be stored flipped (plan.plan_flips): requantized in int64 numerics."""
         return self.epilogue.requantize is not None and self.epilogue.requant(target).mode in FLIPPABLE_MODES
 
-    def reads_flipped(self) -> bool:
-        """Its input may be stored flipped (plan.plan_flips): read as uint8 at zero point + 128."""
+    def reads_flipped(self, target) -> bool:
+        """Its input may be stored flipped (plan.plan_flips): read as uint8 at zero point + 128, which the
+        integer accumulation subtracts exactly."""
         return True
 
     def in_place_halo(self) -> tuple[int, int, int, int] | None:
