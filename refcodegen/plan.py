@@ -52,13 +52,13 @@ def _buffer_for(expr, kind: str, index: int, name: str) -> Buffer:
     return Buffer(name, tuple(int(d) for d in ttype.shape), str(ttype.dtype), kind, index)
 
 
-def _consumers(calls) -> dict:
-    """How many composite calls read each expression (scratch is freed after the last one)."""
-    count: dict = {}
+def _readers(calls) -> dict:
+    """The composite calls that read each expression, once per argument it is."""
+    readers: dict = {}
     for call in calls:
         for arg in call.args:
-            count[arg] = count.get(arg, 0) + 1
-    return count
+            readers.setdefault(arg, []).append(call)
+    return readers
 
 
 # Channels last: the conv kernels' own layout (NHWC reads as a straight copy, no 8x8 transposes
@@ -138,7 +138,7 @@ def _x86(target) -> bool:
     return triple.startswith("x86_64") if triple else platform.machine() in ("x86_64", "AMD64")
 
 
-def plan_flips(halos: dict, parsed: dict, outputs: set, target) -> set:
+def plan_flips(halos: dict, parsed: dict, readers: dict, outputs: set, target) -> set:
     """The int8 intermediate tensors stored flipped (Buffer.flipped) for an x86 target, whose variants
     compute in the uint8 domain: those of ``halos``, which the depthwise conv then reads in place where it
     copied them to flip each byte, and those every reader of which reads flipped (``reads_flipped``: convs,
@@ -148,10 +148,6 @@ def plan_flips(halos: dict, parsed: dict, outputs: set, target) -> set:
     zero point + 128 gives each value + 128 exactly (float numerics round zp + 128 apart)."""
     if not _x86(target):
         return set()
-    readers: dict = {}
-    for call in parsed:
-        for arg in call.args:
-            readers.setdefault(arg, []).append(call)
     flips = set()
     for expr, writer in parsed.items():
         if expr in outputs or expr.checked_type.dtype != "int8" or \
@@ -205,7 +201,8 @@ def build_plan(func: relay.Function, symbol: str, target, undecided: list | None
     if len(output_of) != len(outputs):
         raise RefcgError(symbol, "output", "the same value is returned twice")
     calls = _composite_calls(body_fields)
-    readers = _consumers(calls)
+    reader_calls = _readers(calls)
+    readers = {expr: len(r) for expr, r in reader_calls.items()}  # counted down: scratch is freed after the last
     lut.prepare(func, target)  # one TVM build computes every lookup table of the partition
     scratch = _ScratchPool(plan)
     fusion = FusionContext(func, target, undecided) if is_arm_cpu_aarch64(target) else None
@@ -217,7 +214,7 @@ def build_plan(func: relay.Function, symbol: str, target, undecided: list | None
         parsed[call] = family.parse(call.op.body)
     perm = plan_layouts(body_fields, parsed)
     halos = plan_halos(parsed, perm, readers, set(body_fields))
-    flips = plan_flips(halos, parsed, set(body_fields), target)
+    flips = plan_flips(halos, parsed, reader_calls, set(body_fields), target)
 
     owner = {}  # a view's expr -> the expr whose buffer it reads (readers are counted there)
 
