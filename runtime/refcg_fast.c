@@ -530,8 +530,10 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
                        (flip == 0 || (isa->gemm.flips && !wino_u &&
                                       isa->gemm.flips((int64_t)p->kernel_h * p->kernel_w * cp, p->out_c)));
   /* depthwise: each task pads its own rows (refcg_dw_padded_rows), or none when the input is its own
-   * padded copy in the variant's domain (a producer wrote it inside a halo: refcg_fill_halo) */
-  const int dw_in_place = depthwise && flip == 0 && unpadded;
+   * padded copy (a producer wrote it inside a halo: refcg_fill_halo) in the variant's domain or in the
+   * other, for rows that flip the bytes as they read them (isa->dw.flips: MobileNetV2's int8 96@112
+   * stride 2 in float32 numerics ran 1.7x the time of the same conv on a flipped input) */
+  const int dw_in_place = depthwise && (flip == 0 || isa->dw.flips) && unpadded;
   const size_t a_bytes = (size_t)hp * wp * cp + 64;
   uint8_t* a = in_place || depthwise ? NULL : (uint8_t*)refcg_ws_alloc(a_bytes);
   if (!in_place && !depthwise && !a) return -2;
@@ -578,7 +580,7 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
                                          unpack ? 1 : p->out_stride[3]);
     if (depthwise) {
       const int32_t row_px = dw_in_place ? p->in_w : wp; /* pixels per row of what the rows read */
-      refcg_dw_job dj = {a, 0, isa->signed_domain, row_px, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
+      refcg_dw_job dj = {a, 0, isa->signed_domain, dw_in_place ? flip : 0, row_px, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
                          p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, wpair ? wpair : f->dw_w, f->dw_w, wquad, epi,
                          p->out_stride[1], p->out_stride[2], {0}};
       for (int32_t t = 0; t < p->kernel_h * p->kernel_w; ++t)

@@ -49,12 +49,14 @@ enum { REFCG_PLAN_ANY = 0, REFCG_PLAN_I64_UP = 1, REFCG_PLAN_F32_UP = 2 };
 /* The plan two blocks (or operands) share: REFCG_PLAN_ANY where they differ. */
 #define REFCG_PLAN_MEET(a, b) ((a) == (b) ? (a) : REFCG_PLAN_ANY)
 
-/* The plans hot kernels are copied for: those of default builds, int64 UPWARD (target llvm) and float32
- * UPWARD fused (-mcpu since Haswell: sse4.1 and FMA). The others (float32 for a target without FMA,
- * float32 forced on one without sse4.1) run the REFCG_PLAN_ANY copy: every copy costs seconds of each
- * core compile (the x86 core: 71 s of gcc -O3 with six copies, 55 s with three). The set is spelled
- * here only: REFCG_PLAN_INDEX, REFCG_WITH_COPIED_PLAN and REFCG_DEFINE_BY_PLAN's copies. */
-#define REFCG_PLAN_INDEX(plan) ((plan) == REFCG_PLAN_I64_UP || (plan) == REFCG_PLAN_F32_FMA ? (plan) : REFCG_PLAN_ANY)
+/* The plans hot kernels are copied for: those of default builds, int64 UPWARD (target llvm), float32
+ * UPWARD fused (-mcpu since Haswell: sse4.1 and FMA) and unfused (the same targets' depthwise convs,
+ * whose requantize TVM-only computes stage by stage, stagewise.py; a target without FMA). The others
+ * (a separate + 0.5: float32 forced on a target without sse4.1) run the REFCG_PLAN_ANY copy: every copy
+ * costs seconds of each core compile (the x86 core: 71 s of gcc -O3 with six copies, 55 s with three).
+ * The set is spelled here only: REFCG_PLAN_INDEX, REFCG_WITH_COPIED_PLAN and REFCG_DEFINE_BY_PLAN's copies. */
+#define REFCG_PLAN_INDEX(plan) \
+  ((plan) == REFCG_PLAN_I64_UP || (plan) == REFCG_PLAN_F32_UP || (plan) == REFCG_PLAN_F32_FMA ? (plan) : REFCG_PLAN_ANY)
 
 /* CALL(p) with p the constant equal to plan, a copied plan (REFCG_PLAN_INDEX(plan) is not
  * REFCG_PLAN_ANY): for callers that take REFCG_PLAN_ANY elsewhere (out of line). */
@@ -62,6 +64,8 @@ enum { REFCG_PLAN_ANY = 0, REFCG_PLAN_I64_UP = 1, REFCG_PLAN_F32_UP = 2 };
   do {                                     \
     if ((plan) == REFCG_PLAN_I64_UP)       \
       CALL(REFCG_PLAN_I64_UP);             \
+    else if ((plan) == REFCG_PLAN_F32_UP)  \
+      CALL(REFCG_PLAN_F32_UP);             \
     else                                   \
       CALL(REFCG_PLAN_F32_FMA);            \
   } while (0)
@@ -87,8 +91,9 @@ enum { REFCG_PLAN_ANY = 0, REFCG_PLAN_I64_UP = 1, REFCG_PLAN_F32_UP = 2 };
 #define REFCG_DEFINE_BY_PLAN(NAME, FN, PARAMS, ARGS)                                           \
   REFCG_CONST_COPY(NAME, FN, PARAMS, ARGS, 0)                                                  \
   REFCG_CONST_COPY(NAME, FN, PARAMS, ARGS, 1)                                                  \
+  REFCG_CONST_COPY(NAME, FN, PARAMS, ARGS, 2)                                                  \
   REFCG_CONST_COPY(NAME, FN, PARAMS, ARGS, 3)                                                  \
-  static void(*const NAME[4]) PARAMS = {NAME##_p0, NAME##_p1, NAME##_p0, NAME##_p3};
+  static void(*const NAME[4]) PARAMS = {NAME##_p0, NAME##_p1, NAME##_p2, NAME##_p3};
 
 /* Requantize + store of output row pieces: what every epilogue needs. */
 typedef struct {
@@ -477,6 +482,7 @@ typedef struct {
   const uint8_t* a;       /* padded copy: [hp][wp][cp] domain bytes, from padded row a_row0 on */
   int64_t a_row0;         /* 0, or a task's first row (refcg_dw_padded_rows: each task pads its own rows) */
   int32_t signed_domain;  /* 1: bytes are int8, 0: uint8 */
+  uint8_t flip;           /* XORed into every byte read: an input of the other dtype read in place (dw.flips) */
   int32_t wp, cp;         /* padded width in pixels, channels per pixel (multiple of 16) */
   int32_t out_w, c, kh, kw, sh, sw, dh, dw;
   const int16_t* w;       /* [kh*kw][cp], or the tap pairs of refcg_dw_pair_weights (refcg_dw_config.pairs) */
@@ -1327,6 +1333,7 @@ typedef struct {
   int32_t pairs;               /* rows reads the weights as tap pairs (refcg_dw_pair_weights) */
   int32_t quads;               /* rows takes row quads (refcg_dw_quad_weights) where they fit */
   int32_t qmax;                /* taps per 32-bit lane of planes: 4 bytes, or 2 int16 (AVX2 vpmaddwd) */
+  int32_t flips;               /* rows XOR refcg_dw_job.flip into the bytes they read (0: flip 0 only) */
 } refcg_dw_config;
 
 typedef struct {

@@ -1059,6 +1059,15 @@ static void refcg_wino_avx2(const void* ctx, int64_t t0, int64_t t1) {
   refcg_ws_free(v);
 }
 
+/* 8 (16) input bytes of a depthwise job at x, XOR j->flip: the ymm depthwise kernels read their input
+ * only through these (refcg_dw_config.flips). */
+REFCG_INLINE __m128i refcg_dw_load8_avx2(const refcg_dw_job* j, const uint8_t* x) {
+  return _mm_xor_si128(_mm_loadl_epi64((const __m128i*)x), _mm_set1_epi8((char)j->flip));
+}
+REFCG_INLINE __m128i refcg_dw_load16_avx2(const refcg_dw_job* j, const uint8_t* x) {
+  return _mm_xor_si128(_mm_loadu_si128((const __m128i*)x), _mm_set1_epi8((char)j->flip));
+}
+
 /* Tap pairs (refcg_dw_pair_weights): per pair, both taps' 16 channels widened to int16 and
  * interleaved, two vpmaddwd of 8 channels x 2 taps each (uint8 x int16 products: exact in int32). */
 REFCG_INLINE void refcg_dw16_avx2(const refcg_dw_job* j, const uint8_t* base, int32_t c0, int32_t* acc) {
@@ -1066,8 +1075,8 @@ REFCG_INLINE void refcg_dw16_avx2(const refcg_dw_job* j, const uint8_t* base, in
   const int16_t* w = j->w + (int64_t)c0 * 2;
   const int32_t taps = j->kh * j->kw;
   for (int32_t t = 0; t < taps; t += 2, w += 2 * j->cp) {
-    const __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(base + j->tap_off[t] + c0)));
-    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(base + j->tap_off[t + 1] + c0)));
+    const __m256i a = _mm256_cvtepu8_epi16(refcg_dw_load16_avx2(j, base + j->tap_off[t] + c0));
+    const __m256i b = _mm256_cvtepu8_epi16(refcg_dw_load16_avx2(j, base + j->tap_off[t + 1] + c0));
     lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), _mm256_loadu_si256((const __m256i*)w)));
     hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), _mm256_loadu_si256((const __m256i*)(w + 16))));
   }
@@ -1084,8 +1093,8 @@ REFCG_INLINE void refcg_dw_cols_pair_avx2(const refcg_dw_job* j, const uint8_t* 
                                           __m256i* acc, const int two, const int K, const int PX, const int S) {
   REFCG_UNROLL
   for (int i = 0; i < (PX - 1) * S + K; ++i) {
-    const __m128i x0 = _mm_loadl_epi64((const __m128i*)(base + (int64_t)i * j->cp));
-    const __m128i x1 = two ? _mm_loadl_epi64((const __m128i*)(base + rowb + (int64_t)i * j->cp)) : _mm_setzero_si128();
+    const __m128i x0 = refcg_dw_load8_avx2(j, base + (int64_t)i * j->cp);
+    const __m128i x1 = two ? refcg_dw_load8_avx2(j, base + rowb + (int64_t)i * j->cp) : _mm_setzero_si128();
     const __m256i col = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x0, x1));
     REFCG_UNROLL
     for (int q = 0; q < PX; ++q) {
@@ -1099,13 +1108,13 @@ REFCG_INLINE void refcg_dw_cols_pair_avx2(const refcg_dw_job* j, const uint8_t* 
 /* Row quads (j->wq, refcg_dw_quad_weights) on ymm: kernel rows [4 g, 4 g + n) of one padded column's 8
  * channels (rows rowb bytes apart) as vpdpbusd lanes, channel c's n bytes in lane c (the rest 0): the
  * rows' bytes interleaved pairwise (rows 0, 1 and 2, 3), then the pairs. */
-REFCG_INLINE __m256i refcg_dw_quad_col_avx2(const uint8_t* x, int64_t rowb, const int n) {
-  const __m128i r0 = _mm_loadl_epi64((const __m128i*)x);
+REFCG_INLINE __m256i refcg_dw_quad_col_avx2(const refcg_dw_job* j, const uint8_t* x, int64_t rowb, const int n) {
+  const __m128i r0 = refcg_dw_load8_avx2(j, x);
   if (n == 1) return _mm256_cvtepu8_epi32(r0);
   const __m128i z = _mm_setzero_si128();
-  const __m128i r1 = _mm_loadl_epi64((const __m128i*)(x + rowb));
-  const __m128i r2 = n > 2 ? _mm_loadl_epi64((const __m128i*)(x + 2 * rowb)) : z;
-  const __m128i r3 = n > 3 ? _mm_loadl_epi64((const __m128i*)(x + 3 * rowb)) : z;
+  const __m128i r1 = refcg_dw_load8_avx2(j, x + rowb);
+  const __m128i r2 = n > 2 ? refcg_dw_load8_avx2(j, x + 2 * rowb) : z;
+  const __m128i r3 = n > 3 ? refcg_dw_load8_avx2(j, x + 3 * rowb) : z;
   const __m128i p01 = _mm_unpacklo_epi8(r0, r1), p23 = _mm_unpacklo_epi8(r2, r3);
   return _mm256_set_m128i(_mm_unpackhi_epi16(p01, p23), _mm_unpacklo_epi16(p01, p23));
 }
@@ -1122,7 +1131,7 @@ REFCG_INLINE void refcg_dwq_cols_avx2(const refcg_dw_job* j, const uint8_t* base
     const int n = K - 4 * g < 4 ? K - 4 * g : 4;
     REFCG_UNROLL
     for (int i = 0; i < (PX - 1) * S + K; ++i) {
-      const __m256i col = refcg_dw_quad_col_avx2(base + 4 * g * rowb + (int64_t)i * j->cp, rowb, n);
+      const __m256i col = refcg_dw_quad_col_avx2(j, base + 4 * g * rowb + (int64_t)i * j->cp, rowb, n);
       REFCG_UNROLL
       for (int kw = 0; kw < K; ++kw)
         if (i >= kw && (i - kw) % S == 0 && (i - kw) / S < PX)
@@ -2438,10 +2447,10 @@ REFCG_INLINE void refcg_tile_avx512(const refcg_gemm_job* j, const refcg_blk_avx
  * group's KS x NV weight vectors loaded once, then its epilogue (int64 UPWARD plan), which the
  * out-of-order core overlaps with the next rows' k-steps (int8 input: 1x1 16->96@112 1.30x, 24->144@56
  * 1.24x, 40->240@28 1.11x, the 3x3 stem 1.18x; 16 steps ran 0.87x). CONTIG: one segment; else KS
- * steps over the job's segments. */
+ * steps over the job's segments. PLAN: the blocks' requantize plan, int64 or float32 fused UPWARD. */
 REFCG_INLINE void refcg_rows_smallk_avx512(const refcg_gemm_job* j, const refcg_blk_avx512* blk, int32_t i0,
                                            int32_t i1, int32_t q, int32_t c, int32_t nb, const int NV,
-                                           const int KS, const int CONTIG, const int FLIP) {
+                                           const int KS, const int CONTIG, const int FLIP, const int PLAN) {
   const int64_t bstride = (int64_t)j->kp * 16;
   const int8_t* wp = j->w + nb * bstride;
   __m512i w[REFCG_X512_SMALLK_MAX][REFCG_X512_NV];
@@ -2464,7 +2473,7 @@ REFCG_INLINE void refcg_rows_smallk_avx512(const refcg_gemm_job* j, const refcg_
       if (FLIP) x = _mm512_xor_si512(x, flip);
       for (int v = 0; v < NV; ++v) acc[v] = _mm512_dpbusd_epi32(acc[v], x, w[k][v]);
     }
-    for (int v = 0; v < NV; ++v) acc[v] = refcg_rq_up_avx512(&blk[v].r, acc[v]);
+    for (int v = 0; v < NV; ++v) acc[v] = refcg_rq_planned_avx512(&blk[v].r, acc[v], PLAN);
     if (is_unsigned) /* constants: no dtype branch in the pack */
       refcg_store_bytes_avx512(o, acc, NV, &blk[0].r, 1, n);
     else
@@ -2482,23 +2491,33 @@ REFCG_INLINE void refcg_rows_smallk_avx512(const refcg_gemm_job* j, const refcg_
 }
 
 /* Rows [i0, i1) x blocks [nb, nb + nv) through refcg_rows_smallk_avx512 with KS (and CONTIG) fixed,
- * nv and the flip as constants; 0 (nothing done) where a block's requantize is not the int64 UPWARD
- * plan. Its own block constants: the tiles' stay unaliased (passed here, the tiles ran 4% slower). */
+ * nv, the flip and the plan as constants; 0 (nothing done) where the blocks' requantize is neither the
+ * int64 UPWARD plan (target llvm) nor float32 fused (an -mcpu target: the same convs ran 1.3x slower as
+ * tiles). Its own block constants: the tiles' stay unaliased (passed here, the tiles ran 4% slower). */
+#define REFCG_SMALLK_NV_AVX512(KS, CONTIG, PLAN)                                                                 \
+  do {                                                                                                           \
+    if (nv == 4) refcg_rows_smallk_avx512(j, blk, i0, i1, q, c, nb, 4, KS, CONTIG, f, PLAN);                     \
+    else if (nv == 3) refcg_rows_smallk_avx512(j, blk, i0, i1, q, c, nb, 3, KS, CONTIG, f, PLAN);                \
+    else if (nv == 2) refcg_rows_smallk_avx512(j, blk, i0, i1, q, c, nb, 2, KS, CONTIG, f, PLAN);                \
+    else refcg_rows_smallk_avx512(j, blk, i0, i1, q, c, nb, 1, KS, CONTIG, f, PLAN);                             \
+  } while (0)
 #define REFCG_DEFINE_SMALLK(KS, CONTIG)                                                                          \
   static int refcg_smallk##KS##_avx512(const refcg_gemm_job* j, int32_t nb, int32_t nv, int32_t i0, int32_t i1,  \
                                        int32_t q, int32_t c) {                                                   \
     refcg_blk_avx512 blk[REFCG_X512_NV];                                                                         \
+    int plan = REFCG_PLAN_I64_UP;                                                                                \
     for (int32_t v = 0; v < nv; ++v) {                                                                           \
       blk[v] = refcg_blk_load_avx512(j, nb + v);                                                                 \
-      if (!refcg_rq_is_up_avx512(&blk[v].r)) return 0;                                                           \
+      plan = v ? REFCG_PLAN_MEET(plan, refcg_rq_plan_avx512(&blk[v].r)) : refcg_rq_plan_avx512(&blk[v].r);       \
     }                                                                                                            \
+    if (plan != REFCG_PLAN_I64_UP && plan != REFCG_PLAN_F32_FMA) return 0;                                       \
     const int flip = j->flip4 != 0;                                                                              \
     for (int f = 0; f < 2; ++f) { /* f: the flip, as a constant */                                              \
       if (f != flip) continue;                                                                                   \
-      if (nv == 4) refcg_rows_smallk_avx512(j, blk, i0, i1, q, c, nb, 4, KS, CONTIG, f);                         \
-      else if (nv == 3) refcg_rows_smallk_avx512(j, blk, i0, i1, q, c, nb, 3, KS, CONTIG, f);                    \
-      else if (nv == 2) refcg_rows_smallk_avx512(j, blk, i0, i1, q, c, nb, 2, KS, CONTIG, f);                    \
-      else refcg_rows_smallk_avx512(j, blk, i0, i1, q, c, nb, 1, KS, CONTIG, f);                                 \
+      if (plan == REFCG_PLAN_I64_UP)                                                                             \
+        REFCG_SMALLK_NV_AVX512(KS, CONTIG, REFCG_PLAN_I64_UP);                                                   \
+      else                                                                                                       \
+        REFCG_SMALLK_NV_AVX512(KS, CONTIG, REFCG_PLAN_F32_FMA);                                                  \
     }                                                                                                            \
     return 1;                                                                                                    \
   }
@@ -2509,6 +2528,7 @@ REFCG_DEFINE_SMALLK(10, 1)
 REFCG_DEFINE_SMALLK(12, 1)
 REFCG_DEFINE_SMALLK(9, 0) /* a 3x3 over 4 padded channels: three segments */
 #undef REFCG_DEFINE_SMALLK
+#undef REFCG_SMALLK_NV_AVX512
 
 typedef int (*refcg_smallk_fn)(const refcg_gemm_job*, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t);
 
@@ -2597,6 +2617,12 @@ static int refcg_flips_avx512(int64_t k, int32_t n) {
   return 1;
 }
 
+/* 16 input bytes of a depthwise job at x, XOR j->flip (the depthwise kernels read their input only
+ * through this and refcg_dw_quad_col_avx512: refcg_dw_config.flips). */
+REFCG_INLINE __m128i refcg_dw_load16_avx512(const refcg_dw_job* j, const uint8_t* x) {
+  return _mm_xor_si128(_mm_loadu_si128((const __m128i*)x), _mm_set1_epi8((char)j->flip));
+}
+
 /* vpdpwssd on lanes holding (x, 0) and (w', sign): x * w' per channel, exact. */
 REFCG_INLINE void refcg_dw16_avx512(const refcg_dw_job* j, const uint8_t* base, int32_t c0, int32_t* acc) {
   __m512i a = _mm512_setzero_si512();
@@ -2604,7 +2630,7 @@ REFCG_INLINE void refcg_dw16_avx512(const refcg_dw_job* j, const uint8_t* base, 
     for (int32_t kw = 0; kw < j->kw; ++kw) {
       const uint8_t* x = base + ((int64_t)kh * j->dh * j->wp + (int64_t)kw * j->dw) * j->cp + c0;
       const int16_t* w = j->w + (int64_t)(kh * j->kw + kw) * j->cp + c0;
-      a = _mm512_dpwssd_epi32(a, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)x)),
+      a = _mm512_dpwssd_epi32(a, _mm512_cvtepu8_epi32(refcg_dw_load16_avx512(j, x)),
                               _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)w)));
     }
   }
@@ -2630,7 +2656,7 @@ REFCG_INLINE void refcg_dw_px_avx512(const refcg_dw_job* j, const uint8_t* base,
   for (int32_t t = 0; t < taps; ++t) {
     const __m512i w = _mm512_load_si512(wide + 16 * t);
     for (int q = 0; q < PX; ++q)
-      acc[q] = _mm512_dpwssd_epi32(acc[q], _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(base + q * pstride + toff[t]))), w);
+      acc[q] = _mm512_dpwssd_epi32(acc[q], _mm512_cvtepu8_epi32(refcg_dw_load16_avx512(j, base + q * pstride + toff[t])), w);
   }
   __m512i t[4]; /* a copy: acc's address taken would keep the accumulators in memory */
   for (int q = 0; q < PX; ++q) t[q] = acc[q];
@@ -2667,7 +2693,7 @@ REFCG_INLINE void refcg_dw_cols_avx512(const refcg_dw_job* j, const uint8_t* bas
   for (int q = 0; q < PX; ++q) acc[q] = corr;
   for (int32_t kh = 0; kh < j->kh; ++kh, base += rowb) {
     for (int i = 0; i < (PX - 1) * S + K; ++i)
-      col[i] = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(base + (int64_t)i * j->cp)));
+      col[i] = _mm512_cvtepu8_epi32(refcg_dw_load16_avx512(j, base + (int64_t)i * j->cp));
     for (int kw = 0; kw < K; ++kw) {
       const __m512i w = _mm512_load_si512(wide + 16 * (kh * K + kw));
       for (int q = 0; q < PX; ++q) acc[q] = _mm512_dpwssd_epi32(acc[q], col[q * S + kw], w);
@@ -2679,13 +2705,14 @@ REFCG_INLINE void refcg_dw_cols_avx512(const refcg_dw_job* j, const uint8_t* bas
 /* Row quads (j->wq, refcg_dw_quad_weights): kernel rows [4 g, 4 g + n) of one padded column's 16
  * channels (rows rowb bytes apart) as vpdpbusd lanes, channel c's n bytes in lane c (the rest 0):
  * the rows' 16-byte loads in the 128-bit lanes, vpermd brings dword k of every row into lane k,
- * vpshufb interleaves the rows' bytes channel by channel. */
-REFCG_INLINE __m512i refcg_dw_quad_col_avx512(const uint8_t* x, int64_t rowb, const int n) {
-  if (n == 1) return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)x));
+ * vpshufb interleaves the rows' bytes channel by channel; the n rows' bytes XOR j->flip. */
+REFCG_INLINE __m512i refcg_dw_quad_col_avx512(const refcg_dw_job* j, const uint8_t* x, int64_t rowb, const int n) {
+  if (n == 1) return _mm512_cvtepu8_epi32(refcg_dw_load16_avx512(j, x));
   __m512i v = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i*)x));
   v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(x + rowb)), 1);
   if (n > 2) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(x + 2 * rowb)), 2);
   if (n > 3) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(x + 3 * rowb)), 3);
+  v = _mm512_mask_xor_epi32(v, (__mmask16)((1u << 4 * n) - 1u), v, _mm512_set1_epi8((char)j->flip));
   const __m512i dwords = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   const __m512i bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
   return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(dwords, v), bytes);
@@ -2714,7 +2741,7 @@ REFCG_INLINE void refcg_dwq_cols_avx512(const refcg_dw_job* j, const uint8_t* ba
     const int n = R2 ? (g ? 1 : 4) : K - 4 * g < 4 ? K - 4 * g : 4;
     REFCG_UNROLL
     for (int i = 0; i < (PX - 1) * S + K; ++i) {
-      const __m512i col = refcg_dw_quad_col_avx512(base + 4 * g * rowb + (int64_t)i * j->cp, rowb, n);
+      const __m512i col = refcg_dw_quad_col_avx512(j, base + 4 * g * rowb + (int64_t)i * j->cp, rowb, n);
       REFCG_UNROLL
       for (int kw = 0; kw < K; ++kw)
         if (i >= kw && (i - kw) % S == 0 && (i - kw) / S < PX) {
@@ -3300,7 +3327,7 @@ const refcg_isa_config refcg_isa_avx512vnni = {
     .signed_domain = 0,
     .gemm = {.mr = REFCG_X512_MR, .nv = REFCG_X512_NV, .tiles = refcg_tiles_avx512vnni, .planes = refcg_gemmp_avx512,
              .flips = refcg_flips_avx512, .wino = NULL, .reads_a16 = NULL},
-    .dw = {.rows = refcg_dw_avx512, .planes = refcg_dwp_avx512, .pairs = 0, .quads = 1, .qmax = 4},
+    .dw = {.rows = refcg_dw_avx512, .planes = refcg_dwp_avx512, .pairs = 0, .quads = 1, .qmax = 4, .flips = 1},
     .binary_rows = refcg_bin_avx512,
     .pool = refcg_pool_avx512,
     .quantize = refcg_quant_avx2,
@@ -3318,7 +3345,7 @@ const refcg_isa_config refcg_isa_avxvnni = {
     .signed_domain = 0,
     .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avxvnni, .planes = refcg_gemmp_avxvnni,
              .flips = refcg_flips_avxvnni, .wino = NULL, .reads_a16 = NULL},
-    .dw = {.rows = refcg_dw_avxvnni, .planes = refcg_dwp_avxvnni, .pairs = 1, .quads = 1, .qmax = 4},
+    .dw = {.rows = refcg_dw_avxvnni, .planes = refcg_dwp_avxvnni, .pairs = 1, .quads = 1, .qmax = 4, .flips = 1},
     .binary_rows = refcg_bin_avx2,
     .pool = refcg_pool_avx2,
     .quantize = refcg_quant_avx2,
@@ -3336,7 +3363,7 @@ const refcg_isa_config refcg_isa_avx2 = {
     .signed_domain = 0,
     .gemm = {.mr = REFCG_AVX2_TABLE_MR, .nv = 1, .tiles = refcg_tiles_avx2, .planes = NULL, .flips = refcg_flips_avx2,
              .wino = refcg_wino_avx2, .reads_a16 = refcg_reads_a16_avx2},
-    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avx2, .pairs = 1, .quads = 0, .qmax = 2},
+    .dw = {.rows = refcg_dw_avx2, .planes = refcg_dwp_avx2, .pairs = 1, .quads = 0, .qmax = 2, .flips = 1},
     .binary_rows = refcg_bin_avx2,
     .pool = refcg_pool_avx2,
     .quantize = refcg_quant_avx2,

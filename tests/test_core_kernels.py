@@ -116,6 +116,13 @@ SHAPES = [
     (48, 16, (8, 8), (3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (33, 33, (9, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "dw"),
     (21, 21, (10, 13), (5, 3), (2, 2), (2, 1, 2, 1), (1, 2), "dw"),
+    # depthwise on an unpadded channels-last input read in place, an int8 one flipped as the rows read it
+    # (refcg_dw_config.flips): 3x3 stride 1 and 2 (rows in pairs, an odd last row), 5x5 on the row quads
+    # and a 7x7 (the per-pixel kernel)
+    (32, 32, (9, 10), (3, 3), (1, 1), (0, 0, 0, 0), (1, 1), "dw"),
+    (16, 16, (11, 21), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), "dw"),
+    (48, 48, (9, 12), (5, 5), (1, 1), (0, 0, 0, 0), (1, 1), "dw"),
+    (16, 16, (8, 9), (7, 7), (1, 1), (0, 0, 0, 0), (1, 1), "dw"),
 ]
 
 
@@ -148,15 +155,7 @@ def test_conv_variants_bit_exact(core, isa, shape, weights, layout, in_dtype):
     if groups == 1:
         assert raw.fast_data.gemm.pair_safe.all() == (weights == "pair_safe")
     # every variant against the reference, for every requantize mode and both scale kinds
-    cases = [("int32", no_requantize())]
-    for index, (rounding, compute) in enumerate(MODES):
-        per_channel = index % 2 == 0
-        spread = 60.0 / (float(want.std()) + 1.0)  # outputs spread over ~+-100 before clamping
-        scale = np.asarray(rng.uniform(0.5 * spread, 1.5 * spread, out_c if per_channel else None), "float32")
-        cases.append(("int8", make_requantize(scale, np.float32(1.0), 0, -5, "int8", rounding, compute,
-                                              lowering=LOWERINGS[index % 4])))
-    cases.append(("uint8", make_requantize(np.float32(spread), np.float32(1.0), 0, 100, "uint8", "UPWARD", "int64",
-                                           (20.0, 240.0))))
+    cases = requant_cases(rng, want, out_c)
     for out_dtype, rq in cases:
         conv = Conv2D(core, out_dtype=out_dtype, bias=bias, requant=rq, **common)
         # groups == 1: libraries store only the packed GEMM weights; every variant (scalar too) runs it
@@ -205,6 +204,12 @@ def requant_cases(rng, want, out_c):
         scale = np.asarray(rng.uniform(0.5 * spread, 1.5 * spread, out_c if per_channel else None), "float32")
         cases.append(("int8", make_requantize(scale, np.float32(1.0), 0, -5, "int8", rounding, compute,
                                               lowering=LOWERINGS[index % 4])))
+    # float32 UPWARD with sse4.1, fused or not (-mcpu targets; their depthwise convs unfused): the plans the
+    # kernels are copied for (REFCG_PLAN_F32_FMA, REFCG_PLAN_F32_UP), per channel
+    for lowering in (FMA, NO_FMA):
+        scale = np.asarray(rng.uniform(0.5 * spread, 1.5 * spread, out_c), "float32")
+        cases.append(("int8", make_requantize(scale, np.float32(1.0), 0, -5, "int8", "UPWARD", "float32",
+                                              lowering=lowering)))
     cases.append(("uint8", make_requantize(np.float32(spread), np.float32(1.0), 0, 100, "uint8", "UPWARD", "int64",
                                            (20.0, 240.0))))
     return cases

@@ -264,7 +264,8 @@ def test_depthwise_reads_a_table_ops_output_in_place(tmp_path, rng, monkeypatch,
 
 def test_float_numerics_keep_int8_unflipped(tmp_path, rng, monkeypatch):
     """A float32 requantize (an -mcpu build) rounds zero point + 128 apart from + 128: the int8 tensor in
-    the halo stays int8 (the depthwise conv copies it to flip), bit-exact all the same."""
+    the halo stays int8 (the x86 depthwise rows flip its bytes as they read it in place,
+    refcg_dw_config.flips), bit-exact all the same."""
     mod, x, zp = inverted_residual("NHWC", 1, False, "int8")
     plans = capture_plans(monkeypatch)
     inputs = {"x": random_int(rng, [int(d) for d in x.type_annotation.shape], "int8")}

@@ -5,7 +5,7 @@ g++ under `#pragma GCC optimize("O3")` alone, not as tools.kernel_ab's cffi core
 change that is faster there can be slower here (register allocation).
 
     REFCG_ZOO_DIR=/tmp/zoo PYTHONPATH=. .venv/bin/python -m tools.network_ab mobilenet_v2@224 \\
-        --against HEAD [--isa avx2 avx512vnni] [--rounds 15] [--keep DIR]
+        --against HEAD [--isa avx2 avx512vnni] [--target "llvm -mcpu=cascadelake"] [--rounds 15] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ from tools import bench  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 
 
-def build(name: str, tree: Path, path: str) -> None:
-    """``name`` partitioned and built with refcg for `llvm` by the sources in ``tree`` (a child process
+def build(name: str, tree: Path, path: str, target: str) -> None:
+    """``name`` partitioned and built with refcg for ``target`` by the sources in ``tree`` (a child process
     importing that tree's refcodegen and tools)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    cmd = [sys.executable, "-m", "tools.bench", "--build-child", name, "llvm", path, "1"]
+    cmd = [sys.executable, "-m", "tools.bench", "--build-child", name, target, path, "1"]
     result = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"building {name} in {tree} failed:\n{(result.stderr or result.stdout)[-2000:]}")
@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("network", help='a zoo workload, "<network>@<size>"')
     parser.add_argument("--against", default="HEAD", help="git revision whose sources build the baseline (old)")
     parser.add_argument("--isa", nargs="*", default=[None], help="REFCG_ISA values (default: the host's best)")
+    parser.add_argument("--target", default="llvm", help="the target both build for (refcg's numerics follow it)")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--keep", default=None, help="directory to leave the two libraries in")
     args = parser.parse_args()
@@ -54,11 +55,11 @@ def main() -> None:
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(old_tree)], input=archive, check=True)
         libs = {"old": str(out / "old.so"), "new": str(out / "new.so")}
-        build(args.network, old_tree, libs["old"])
-        build(args.network, REPO, libs["new"])
+        build(args.network, old_tree, libs["old"], args.target)
+        build(args.network, REPO, libs["new"], args.target)
         x = bench.example_input(bench.relay_module(args.network), args.network)
-        print(f"{args.network}: ms per run, 1 thread, CPU time, best of {args.rounds} interleaved rounds; "
-              f"old = {args.against}")
+        print(f"{args.network} built for {args.target}: ms per run, 1 thread, CPU time, best of {args.rounds} "
+              f"interleaved rounds; old = {args.against}")
         for isa in args.isa:
             runners, outputs = {}, {}
             for label, path in libs.items():
