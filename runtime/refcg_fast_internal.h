@@ -53,8 +53,9 @@ enum { REFCG_PLAN_ANY = 0, REFCG_PLAN_I64_UP = 1, REFCG_PLAN_F32_UP = 2 };
  * UPWARD fused (-mcpu since Haswell: sse4.1 and FMA) and unfused (the same targets' depthwise convs,
  * whose requantize TVM-only computes stage by stage, stagewise.py; a target without FMA). The others
  * (a separate + 0.5: float32 forced on a target without sse4.1) run the REFCG_PLAN_ANY copy: every copy
- * costs seconds of each core compile (the x86 core: 71 s of gcc -O3 with six copies, 55 s with three).
- * The set is spelled here only: REFCG_PLAN_INDEX, REFCG_WITH_COPIED_PLAN and REFCG_DEFINE_BY_PLAN's copies. */
+ * costs seconds of each core compile (refcg_fast_x86.c alone, gcc -O3: 30 s with the first two copied,
+ * 41 s with the third; 71 s once with six copies). The set is spelled here only: REFCG_PLAN_INDEX,
+ * REFCG_WITH_COPIED_PLAN and REFCG_DEFINE_BY_PLAN's copies. */
 #define REFCG_PLAN_INDEX(plan) \
   ((plan) == REFCG_PLAN_I64_UP || (plan) == REFCG_PLAN_F32_UP || (plan) == REFCG_PLAN_F32_FMA ? (plan) : REFCG_PLAN_ANY)
 
