@@ -38,7 +38,7 @@ static const refcg_isa_config refcg_isa_scalar = {
     .signed_domain = 0,
     .gemm = {.mr = 1, .nv = 1, .tiles = refcg_tiles_portable, .planes = NULL, .flips = NULL, .wino = NULL,
              .reads_a16 = NULL},
-    .dw = {.rows = refcg_dw_portable, .planes = NULL, .pairs = 0, .quads = 0, .qmax = 0},
+    .dw = {.rows = refcg_dw_portable, .planes = NULL, .pairs = 0, .quads = 0, .qmax = 0, .flips = 0},
     .binary_rows = NULL,
     .pool = NULL,
     .quantize = NULL,
@@ -580,7 +580,7 @@ REFCG_API int refcg_conv2d(const refcg_conv2d_params* p, const refcg_conv2d_cons
                                          unpack ? 1 : p->out_stride[3]);
     if (depthwise) {
       const int32_t row_px = dw_in_place ? p->in_w : wp; /* pixels per row of what the rows read */
-      refcg_dw_job dj = {a, 0, isa->signed_domain, dw_in_place ? flip : 0, row_px, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
+      refcg_dw_job dj = {a, 0, isa->signed_domain, (uint8_t)(dw_in_place ? flip : 0), row_px, cp, p->out_w, p->out_c, p->kernel_h, p->kernel_w,
                          p->stride_h, p->stride_w, p->dilation_h, p->dilation_w, wpair ? wpair : f->dw_w, f->dw_w, wquad, epi,
                          p->out_stride[1], p->out_stride[2], {0}};
       for (int32_t t = 0; t < p->kernel_h * p->kernel_w; ++t)
